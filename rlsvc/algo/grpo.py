@@ -1,0 +1,103 @@
+"""GRPO math as small pure functions: token logprobs, group advantages, the clipped policy loss.
+
+Shapes: N sequences of T tokens. `loss_mask[n, t] = 1` where token t of sequence n was sampled
+by the policy (a response token); logprobs at position t are of token t given tokens < t.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+Normalization = Literal["token", "sequence"]
+
+
+def mask_logits(logits: torch.Tensor, allowed_token_ids: list[int] | None) -> torch.Tensor:
+    """Keep only `allowed_token_ids` (the same restriction vLLM applied while sampling)."""
+    if not allowed_token_ids:
+        return logits
+    keep = torch.full((logits.shape[-1],), float("-inf"), device=logits.device, dtype=logits.dtype)
+    keep[torch.as_tensor(allowed_token_ids, device=logits.device)] = 0.0
+    return logits + keep
+
+
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log p(input_ids[:, t] | input_ids[:, :t]) and the entropy of that distribution, [N, T].
+
+    Position 0 has no prediction and is 0 in both outputs.
+    """
+    logp_all = F.log_softmax(mask_logits(logits[:, :-1].float(), allowed_token_ids), dim=-1)
+    picked = logp_all.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    probs = logp_all.exp()
+    # 0 * -inf is nan for masked-out tokens; they contribute nothing to the entropy.
+    ent = -(probs * torch.where(probs > 0, logp_all, torch.zeros_like(logp_all))).sum(-1)
+    zero = torch.zeros_like(picked[:, :1])
+    return torch.cat([zero, picked], dim=1), torch.cat([zero, ent], dim=1)
+
+
+def group_advantages(returns: torch.Tensor, normalize_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO advantages for returns of shape [B, G]: subtract the group mean, optionally divide by its std."""
+    centred = returns - returns.mean(dim=1, keepdim=True)
+    if not normalize_std:
+        return centred
+    return centred / (returns.std(dim=1, unbiased=False, keepdim=True) + eps)
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(pi || ref) per token: exp(r) - r - 1 with r = ref - pi."""
+    r = ref_logprobs - logprobs
+    return torch.exp(r) - r - 1.0
+
+
+def masked_reduce(values: torch.Tensor, mask: torch.Tensor, normalization: Normalization, denominator: float | None) -> torch.Tensor:
+    """Sum `values` over the mask: per token (/ tokens) or per sequence (mean within each, / sequences).
+
+    `denominator` overrides the count, so data-parallel ranks can divide by the global count.
+    """
+    if normalization == "token":
+        total = (values * mask).sum()
+        return total / (denominator if denominator is not None else mask.sum().clamp(min=1.0))
+    per_seq = (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return per_seq.sum() / (denominator if denominator is not None else float(mask.shape[0]))
+
+
+def policy_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    kl_coef: float = 0.0,
+    ref_logprobs: torch.Tensor | None = None,
+    normalization: Normalization = "token",
+    denominator: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO-style clipped surrogate against the behaviour logprobs, plus an optional k3 KL term.
+
+    `advantages` is per sequence [N]; it is broadcast over that sequence's response tokens.
+    Returns the scalar loss and detached diagnostics (already reduced with the same weighting).
+    """
+    mask = loss_mask.to(logprobs.dtype)
+    adv = advantages.to(logprobs.dtype).unsqueeze(1)
+    ratio = torch.exp(logprobs - old_logprobs)
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
+    per_token = -torch.minimum(ratio * adv, clipped * adv)
+    stats: dict[str, torch.Tensor] = {}
+    if kl_coef > 0.0:
+        if ref_logprobs is None:
+            raise ValueError("kl_coef > 0 needs ref_logprobs")
+        kl = k3_kl(logprobs, ref_logprobs)
+        per_token = per_token + kl_coef * kl
+        stats["kl"] = masked_reduce(kl.detach(), mask, normalization, denominator)
+    loss = masked_reduce(per_token, mask, normalization, denominator)
+    clip_frac = ((ratio - clipped).abs() > 1e-6).to(mask.dtype)
+    stats["clip_frac"] = masked_reduce(clip_frac, mask, normalization, denominator)
+    stats["ratio_mean"] = masked_reduce(ratio.detach(), mask, normalization, denominator)
+    return loss, stats

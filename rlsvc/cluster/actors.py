@@ -1,0 +1,149 @@
+"""Ray actors: thin wrappers over the plain classes, adding only what a process boundary needs
+(materialising a checkpoint on the actor's node, two-phase set-up of a process group)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import ray
+
+
+def _use_all_cores() -> None:
+    # Ray sets OMP_NUM_THREADS to the actor's CPU reservation; in synchronous mode the phases do
+    # not overlap, so the busy actor may use every core of its node.
+    import torch
+
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+
+def materialise(source: dict[str, Any]) -> str:
+    """A model folder on this node: an existing path, or files shipped as bytes through Ray."""
+    if "path" in source:
+        return source["path"]
+    folder = Path(tempfile.mkdtemp(prefix="rlsvc-model-"))
+    for name, data in source["files"].items():
+        (folder / name).write_bytes(data)
+    return str(folder)
+
+
+class RolloutWorker:
+    """A vLLM engine; weights arrive in place through `update_weights`, never by a rebuild."""
+
+    def __init__(self, source: dict[str, Any], engine_kwargs: dict[str, Any], sampling: dict[str, Any]) -> None:
+        from rlsvc.rollout.vllm_engine import VLLMEngine
+
+        self.engine = VLLMEngine(materialise(source), **engine_kwargs)
+        self.sampling = sampling
+
+    def generate(self, prompts: list[list[int]], seeds: list[int], greedy: bool = False) -> list[dict]:
+        sampling = dict(self.sampling, temperature=0.0) if greedy else self.sampling
+        return self.engine.generate(prompts, seeds=seeds, **sampling)
+
+    def update_weights(self, hf_state_dict: dict, version: int) -> dict[str, float]:
+        return self.engine.update_weights(hf_state_dict, version)
+
+    def fingerprint(self) -> str:
+        return self.engine.weights_fingerprint()
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class TrainerWorker:
+    """One trainer rank. Set-up is a second call so all ranks can be created before any of them
+    blocks in `init_process_group`."""
+
+    def __init__(self, rank: int, world_size: int) -> None:
+        _use_all_cores()
+        self.rank, self.world_size = rank, world_size
+        self.trainer = None
+
+    def rendezvous_address(self) -> str:
+        ip = ray.util.get_node_ip_address()
+        with socket.socket() as s:
+            s.bind((ip, 0))
+            port = s.getsockname()[1]
+        return f"tcp://{ip}:{port}"
+
+    def setup(self, model_cfg: dict, trainer_kwargs: dict, init_method: str | None, init_hf_state_dict: dict | None) -> bool:
+        from rlsvc.models.titan import ModelConfig
+        from rlsvc.trainer.titan_trainer import TitanTrainer
+
+        self.trainer = TitanTrainer(
+            ModelConfig(**model_cfg),
+            rank=self.rank,
+            world_size=self.world_size,
+            dist_init_method=init_method,
+            init_hf_state_dict=init_hf_state_dict,
+            **trainer_kwargs,
+        )
+        return True
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Forward to the plain trainer (train_step, sft_step, hf_state_dict, logprobs, ...)."""
+        return getattr(self.trainer, method)(*args, **kwargs)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def close(self) -> None:
+        if self.trainer is not None:
+            self.trainer.close()
+
+
+class EnvWorker:
+    """OpenEnv server + WebSocket sessions on a CPU node."""
+
+    def __init__(self, num_sessions: int) -> None:
+        from rlsvc.envs.openenv_pool import EnvPool
+
+        self.pool = EnvPool(num_sessions)
+
+    def reset(self, session_ids: list[int], seeds: list[int]) -> list[Any]:
+        return self.pool.reset(session_ids, seeds)
+
+    def step(self, session_ids: list[int], actions: list[str]) -> list[Any]:
+        return self.pool.step(session_ids, actions)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+class RewardWorker:
+    def __init__(self, invalid_action_penalty: float) -> None:
+        from rlsvc.rewards.blackjack import blackjack_rubric
+
+        self.rubric = blackjack_rubric(invalid_action_penalty)
+
+    def score(self, episodes: list) -> list:
+        return self.rubric.score_all(episodes)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+class BufferWorker:
+    def __init__(self, capacity: int, max_staleness: int) -> None:
+        from rlsvc.buffer.replay import ReplayBuffer
+
+        self.buffer = ReplayBuffer(capacity, max_staleness)
+
+    def add(self, episodes: list) -> int:
+        self.buffer.add(episodes)
+        return len(self.buffer)
+
+    def sample(self, n: int, current_version: int) -> list:
+        return self.buffer.sample(n, current_version)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()

@@ -1,0 +1,308 @@
+"""The typed config tree, YAML loading and dotted CLI overrides.
+
+This module imports neither torch, Ray nor vLLM: `python -m rlsvc.train --help` and config errors
+must answer in well under two seconds, before any cluster starts.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A config problem, already phrased as one line that names the field."""
+
+
+class Strict(BaseModel):
+    """Base for every section: unknown keys are errors, and field docstrings are descriptions."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
+
+
+class RunConfig(Strict):
+    name: str = "blackjack_tiny"
+    """Run name: the MLflow run name and the prefix of the run folder."""
+    seed: int = 0
+    """Seed for model init, deals and sampling; the same seed repeats a run."""
+    output_dir: str = "runs"
+    """Folder under which each run writes `<name>-<timestamp>/` (resolved config, checkpoint)."""
+    steps: int = Field(200, ge=0)
+    """Number of GRPO optimizer steps (each one a rollout batch, a train step and a weight sync)."""
+    time_budget_minutes: float | None = Field(None, gt=0)
+    """Stop training when this much wall time has passed since start-up (then evaluate and save)."""
+
+
+class TitanModelConfig(Strict):
+    """A TorchTitan Llama-3 architecture; the default is a tiny policy for CPU."""
+
+    arch: Literal["llama3", "qwen2"] = "llama3"
+    """TorchTitan model family. `llama3` is exported as Hugging Face `LlamaForCausalLM`; `qwen2`
+    (Llama layers with q/k/v bias, Qwen2/2.5) describes hub checkpoints for the GPU path."""
+    dim: int = Field(128, gt=0)
+    """Hidden size."""
+    n_layers: int = Field(2, gt=0)
+    """Number of transformer blocks."""
+    n_heads: int = Field(4, gt=0)
+    """Attention heads; dim / n_heads is the head dim, at least 32 for vLLM's CPU kernels."""
+    n_kv_heads: int = Field(2, gt=0)
+    """Key/value heads (grouped-query attention); must divide n_heads."""
+    vocab_size: int = Field(64, gt=0)
+    """Embedding rows; at least the tokenizer's vocabulary."""
+    ffn_hidden_dim: int = Field(256, gt=0)
+    """Hidden size of the SwiGLU feed-forward layer."""
+    max_seq_len: int = Field(32, gt=0)
+    """Longest sequence (prompt + answer) the model and vLLM accept."""
+    rope_theta: float = 10000.0
+    """RoPE base frequency."""
+    norm_eps: float = 1e-5
+    """RMSNorm epsilon."""
+
+    @model_validator(mode="after")
+    def _check_heads(self) -> TitanModelConfig:
+        if self.dim % self.n_heads:
+            raise ValueError(f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
+        if self.dim // self.n_heads < 32:
+            raise ValueError(f"head dim dim/n_heads = {self.dim // self.n_heads} must be >= 32 (vLLM CPU kernels)")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
+        return self
+
+
+class ModelConfig(Strict):
+    source: Literal["scratch", "hf"] = "scratch"
+    """`scratch`: build `titan` with fresh weights and the built-in tokenizer; `hf`: load `path`."""
+    path: str | None = None
+    """With source=hf: a local Hugging Face folder, or a hub id (needs network and a GPU-sized machine)."""
+    titan: TitanModelConfig = TitanModelConfig()
+    """Architecture of the policy when built from scratch."""
+    warm_start_steps: int = Field(30, ge=0)
+    """Supervised steps on random HIT/STAND answers that teach only the answer format, standing in
+    for a pretrained model that already knows it (DESIGN.md: without it GRPO collapses to 'stand')."""
+
+    @model_validator(mode="after")
+    def _check_source(self) -> ModelConfig:
+        if self.source == "hf" and not self.path:
+            raise ValueError("source=hf needs model.path (a local folder or a hub id)")
+        return self
+
+
+class RolloutConfig(Strict):
+    num_workers: int = Field(1, ge=1)
+    """vLLM rollout workers (one engine each)."""
+    temperature: float = Field(1.0, ge=0)
+    """Sampling temperature of the behaviour policy."""
+    max_tokens: int = Field(1, ge=1)
+    """Tokens generated per decision; BlackJack answers are one token."""
+    constrained_actions: bool = False
+    """Restrict sampling to the HIT/STAND tokens (vLLM `allowed_token_ids`), applied identically
+    in the trainer's logprobs; with False an invalid answer gets `env.invalid_action_penalty`."""
+    gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
+    """vLLM's memory fraction (on CPU it bounds the KV cache with `kv_cache_gb`)."""
+    kv_cache_gb: int = Field(1, ge=1)
+    """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."""
+    enforce_eager: bool = True
+    """No CUDA graphs / compilation: start-up dominates for tiny models."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """vLLM tensor parallelism per worker (GPU clusters)."""
+    num_cpus: float = Field(1.0, gt=0)
+    """Ray CPUs reserved per rollout worker."""
+    num_gpus: float = Field(0.0, ge=0)
+    """Ray GPUs per rollout worker (0 on CPU machines)."""
+
+
+class EnvConfig(Strict):
+    type: Literal["blackjack"] = "blackjack"
+    """Environment served through OpenEnv on env actors."""
+    num_actors: int = Field(1, ge=1)
+    """Env actors; each runs an OpenEnv server and holds WebSocket sessions to it."""
+    sessions_per_actor: int = Field(256, ge=1)
+    """Concurrent episodes (WebSocket sessions) per env actor."""
+    max_turns: int = Field(12, ge=1)
+    """Decisions after which an unfinished episode is cut (BlackJack ends long before)."""
+    invalid_action_penalty: float = -1.0
+    """Return of an episode whose answer was neither HIT nor STAND (it ends there)."""
+    num_cpus: float = Field(0.25, gt=0)
+    """Ray CPUs reserved per env actor."""
+
+
+class GRPOConfig(Strict):
+    groups_per_step: int = Field(64, ge=1)
+    """B: groups per step; each group starts from its own seeded deal."""
+    group_size: int = Field(8, ge=2)
+    """G: episodes per group, all from the same deal, so their returns are comparable."""
+    normalize_std: bool = True
+    """Divide group-centred returns by the group std (GRPO); False keeps only the mean baseline."""
+    clip_eps: float = Field(0.2, gt=0)
+    """Lower clip of the importance ratio (and upper, unless clip_eps_high is set)."""
+    clip_eps_high: float | None = Field(None, gt=0)
+    """Upper clip of the ratio (DAPO's clip-higher); None means clip_eps."""
+    kl_coef: float = Field(0.2, ge=0)
+    """Weight of the k3 KL to the reference model; 0 does not start the reference actor."""
+    normalization: Literal["token", "sequence"] = "token"
+    """`token`: every sampled token weighs the same; `sequence`: every episode weighs the same."""
+
+
+class TrainerConfig(Strict):
+    num_ranks: int = Field(1, ge=1)
+    """Trainer ranks (FSDP2 data parallel, gloo on CPU, NCCL on GPU)."""
+    lr: float = Field(1e-3, gt=0)
+    """AdamW learning rate."""
+    weight_decay: float = Field(0.0, ge=0)
+    """AdamW weight decay."""
+    max_grad_norm: float = Field(1.0, gt=0)
+    """Gradient clipping norm."""
+    minibatches: int = Field(1, ge=1)
+    """Optimizer steps per rollout batch (the batch split in this many parts)."""
+    num_cpus: float = Field(1.0, gt=0)
+    """Ray CPUs per trainer rank."""
+    num_gpus: float = Field(0.0, ge=0)
+    """Ray GPUs per trainer rank."""
+
+
+class BufferConfig(Strict):
+    max_staleness: int = Field(0, ge=0)
+    """Episodes produced more than this many policy versions ago are dropped (0: on-policy)."""
+    capacity: int = Field(65536, ge=1)
+    """Most episodes held; the oldest go first."""
+
+
+class WeightSyncConfig(Strict):
+    type: Literal["ray"] = "ray"
+    """Transport trainer -> rollout workers; `ray`: the object store (zero-copy on one node)."""
+
+
+class EvalConfig(Strict):
+    episodes: int = Field(20000, ge=0)
+    """Greedy-policy episodes scored on the final checkpoint (0 skips the final evaluation)."""
+    seed: int = 12345
+    """Seed of the evaluation deals (kept apart from training deals)."""
+
+
+class TrackingConfig(Strict):
+    tracking_uri: str | None = None
+    """MLflow tracking URI; default MLFLOW_TRACKING_URI, else `sqlite:///mlflow.db` here."""
+    experiment: str = "rlsvc"
+    """MLflow experiment name."""
+    transcripts: int = Field(16, ge=0)
+    """Sample episodes written as a transcript artifact at the first and last step."""
+
+
+class ClusterConfig(Strict):
+    address: str | None = None
+    """Ray address to join; default RAY_ADDRESS (set by `ray job submit`), else a local cluster."""
+    gpu_node_resource: str = "rlsvc_gpu_node"
+    """Custom resource advertised by nodes that run rollout, trainer and reference actors."""
+    cpu_node_resource: str = "rlsvc_cpu_node"
+    """Custom resource advertised by nodes that run env, reward and buffer actors."""
+    local_num_cpus: int | None = None
+    """Logical CPUs of a local cluster (default: max(8, cores), so every actor fits on a laptop)."""
+
+    def resolved_address(self) -> str | None:
+        return self.address or os.environ.get("RAY_ADDRESS") or None
+
+
+class Config(Strict):
+    run: RunConfig = RunConfig()
+    """Run identity, length and seed."""
+    model: ModelConfig = ModelConfig()
+    """The policy model and its warm start."""
+    rollout: RolloutConfig = RolloutConfig()
+    """vLLM rollout workers."""
+    env: EnvConfig = EnvConfig()
+    """Environment actors."""
+    grpo: GRPOConfig = GRPOConfig()
+    """The GRPO objective."""
+    trainer: TrainerConfig = TrainerConfig()
+    """The TorchTitan / FSDP2 learner."""
+    buffer: BufferConfig = BufferConfig()
+    """Replay buffer."""
+    weight_sync: WeightSyncConfig = WeightSyncConfig()
+    """Weight transport."""
+    eval: EvalConfig = EvalConfig()
+    """Final evaluation."""
+    tracking: TrackingConfig = TrackingConfig()
+    """MLflow."""
+    cluster: ClusterConfig = ClusterConfig()
+    """Ray cluster and placement."""
+
+    @model_validator(mode="after")
+    def _check_cross(self) -> Config:
+        episodes = self.grpo.groups_per_step * self.grpo.group_size
+        if episodes % self.trainer.minibatches:
+            raise ValueError(f"trainer.minibatches ({self.trainer.minibatches}) must divide groups_per_step*group_size ({episodes})")
+        return self
+
+
+def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = tree
+    for key in keys[:-1]:
+        child = node.setdefault(key, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"config error: {dotted}: '{key}' is a value, not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`a.b=value` -> ("a.b", value), the value read as YAML (so 3, 0.1, true, null, [1,2] work)."""
+    if "=" not in text:
+        raise ConfigError(f"config error: override '{text}' must look like key.sub=value")
+    key, raw = text.split("=", 1)
+    if not key:
+        raise ConfigError(f"config error: override '{text}' has no key")
+    try:
+        return key.strip(), yaml.safe_load(raw) if raw != "" else ""
+    except yaml.YAMLError:
+        return key.strip(), raw
+
+
+def _one_line(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "config"
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"config error: {where}: {msg}{more}"
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read YAML (if given), apply dotted overrides, validate; raise ConfigError with one line."""
+    tree: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config error: config file not found: {p}")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config error: {p} is not valid YAML: {str(e).splitlines()[0]}") from e
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"config error: {p} must hold a mapping at the top level")
+        tree = loaded or {}
+    for text in overrides or []:
+        _set_dotted(tree, *parse_override(text))
+    try:
+        return Config.model_validate(tree)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e)) from e
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dict -> {"a.b.c": value}: the form MLflow params take."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def to_yaml(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

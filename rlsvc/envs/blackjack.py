@@ -1,0 +1,297 @@
+"""BlackJack with Gymnasium `Blackjack-v1` rules (`sab=True`), as plain code and as an OpenEnv env.
+
+The plain rules (`BlackjackGame`, `play_episode`, the reference policies, `format_prompt`,
+`parse_action`) import nothing heavy, so rollout and reward code can use them freely. The OpenEnv
+classes (`BlackjackAction`, `BlackjackObservation`, `BlackjackState`, `BlackjackEnvironment`) are
+built on first access, because `import openenv.core` loads gradio and takes several seconds.
+
+Rules, matching Gymnasium: infinite deck (draws with replacement from 1..10 plus three more 10s,
+ace = 1); the dealer is dealt first, then the player; the observation shows the dealer's first card;
+the dealer hits while its sum (usable ace counted as 11) is below 17; with Sutton & Barto rules a
+player natural beats a dealer non-natural (+1) and a natural against a natural is a push.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple, Protocol
+
+ActionName = Literal["hit", "stand"]
+Outcome = Literal["win", "push", "loss"]
+CardSource = Callable[[], int]
+
+DECK: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10, 10, 10)
+DEALER_STANDS_AT = 17
+
+# ---------------------------------------------------------------------------------------------
+# Plain rules
+# ---------------------------------------------------------------------------------------------
+
+
+def seeded_cards(seed: int | None) -> CardSource:
+    """Card source for one episode: one generator serves every card of that episode."""
+    rng = random.Random(seed)
+    return lambda: rng.choice(DECK)
+
+
+def scripted_cards(cards: Iterable[int]) -> CardSource:
+    """Card source that deals `cards` in order (for hand-built test hands)."""
+    it: Iterator[int] = iter(cards)
+    return lambda: next(it)
+
+
+def usable_ace(hand: list[int]) -> bool:
+    """True when an ace in `hand` can count as 11 without busting."""
+    return 1 in hand and sum(hand) + 10 <= 21
+
+
+def sum_hand(hand: list[int]) -> int:
+    """Hand total, counting one usable ace as 11."""
+    total = sum(hand)
+    return total + 10 if 1 in hand and total + 10 <= 21 else total
+
+
+def is_natural(hand: list[int]) -> bool:
+    """A two-card 21 (ace plus a ten-valued card)."""
+    return sorted(hand) == [1, 10]
+
+
+def _score(hand: list[int]) -> int:
+    total = sum_hand(hand)
+    return 0 if total > 21 else total
+
+
+def _outcome(reward: float) -> Outcome:
+    return "win" if reward > 0 else "loss" if reward < 0 else "push"
+
+
+class HandView(NamedTuple):
+    """What the player sees: the same three values as Gymnasium's observation tuple."""
+
+    player_sum: int
+    dealer_card: int
+    usable_ace: bool
+
+
+class HandLike(Protocol):
+    """Anything carrying the player's view (a `HandView` or a `BlackjackObservation`)."""
+
+    @property
+    def player_sum(self) -> int: ...
+    @property
+    def dealer_card(self) -> int: ...
+    @property
+    def usable_ace(self) -> bool: ...
+
+
+@dataclass
+class BlackjackGame:
+    """One episode; `draw` supplies every card, the dealer's two first, then the player's two."""
+
+    draw: CardSource
+    dealer: list[int] = field(default_factory=list)
+    player: list[int] = field(default_factory=list)
+    done: bool = False
+    reward: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.dealer and not self.player:
+            self.dealer = [self.draw(), self.draw()]
+            self.player = [self.draw(), self.draw()]
+
+    def view(self) -> HandView:
+        """The player's observation."""
+        return HandView(sum_hand(self.player), self.dealer[0], usable_ace(self.player))
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """ "win"/"push"/"loss" once the episode is over, else None."""
+        return _outcome(self.reward) if self.done else None
+
+    def step(self, action: ActionName) -> float:
+        """Apply `action`; returns this step's reward (non-zero only when the episode ends)."""
+        if self.done:
+            raise RuntimeError("episode is over; reset before stepping")
+        if action == "hit":
+            self.player.append(self.draw())
+            if sum_hand(self.player) > 21:
+                self.done, self.reward = True, -1.0
+        elif action == "stand":
+            self._finish()
+        else:
+            raise ValueError(f"unknown action {action!r}; expected 'hit' or 'stand'")
+        return self.reward
+
+    def _finish(self) -> None:
+        while sum_hand(self.dealer) < DEALER_STANDS_AT:
+            self.dealer.append(self.draw())
+        player, dealer = _score(self.player), _score(self.dealer)
+        reward = float(player > dealer) - float(player < dealer)
+        # Sutton & Barto: a natural beats any dealer hand that is not itself a natural.
+        if is_natural(self.player) and not is_natural(self.dealer):
+            reward = 1.0
+        self.done, self.reward = True, reward
+
+
+Policy = Callable[[HandLike], ActionName]
+
+
+def stick_at(threshold: int) -> Policy:
+    """Hit while the player's sum is below `threshold`, then stand."""
+    return lambda view: "hit" if view.player_sum < threshold else "stand"
+
+
+def uniform_random_policy(seed: int | None = None) -> Policy:
+    """Hit or stand with probability 1/2 each, from its own generator (not the deck's)."""
+    rng = random.Random(seed)
+    return lambda view: "hit" if rng.random() < 0.5 else "stand"
+
+
+def play_episode(policy: Policy, seed: int | None, cards: CardSource | None = None) -> float:
+    """Play one episode with the plain rules and return its total reward."""
+    game = BlackjackGame(cards if cards is not None else seeded_cards(seed))
+    while not game.done:
+        game.step(policy(game.view()))
+    return game.reward
+
+
+# ---------------------------------------------------------------------------------------------
+# Text interface of the LM policy (words from rlsvc.models.tokenizer.VOCAB)
+# ---------------------------------------------------------------------------------------------
+
+_ACTION_WORDS: dict[str, ActionName] = {
+    "HIT": "hit",
+    "STAND": "stand",
+    "hit": "hit",
+    "stand": "stand",
+}
+
+
+def format_prompt(obs: HandLike) -> str:
+    """The policy's prompt for one decision."""
+    ace = "yes" if obs.usable_ace else "no"
+    return f"player {obs.player_sum} dealer {obs.dealer_card} ace {ace} action :"
+
+
+def parse_action(text: str) -> ActionName | None:
+    """Map the policy's answer to an action; None when it is not exactly one action word."""
+    return _ACTION_WORDS.get(text.strip())
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenEnv classes, built lazily (see module docstring)
+# ---------------------------------------------------------------------------------------------
+
+_OPENENV_NAMES = (
+    "BlackjackAction",
+    "BlackjackObservation",
+    "BlackjackState",
+    "BlackjackEnvironment",
+)
+
+
+def _build_openenv_classes() -> dict[str, type]:
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Action, Observation, State
+
+    class BlackjackAction(Action):
+        """The player's move."""
+
+        action: ActionName
+
+    class BlackjackObservation(Observation):
+        """The player's view plus OpenEnv's `done`/`reward`; `outcome` is set once done.
+
+        `outcome` is a field, not metadata, because OpenEnv's serializer drops `metadata`.
+        """
+
+        player_sum: int
+        dealer_card: int
+        usable_ace: bool
+        outcome: Outcome | None = None
+
+    class BlackjackState(State):
+        """Full episode state, including the dealer's hidden card (for debugging and tests)."""
+
+        seed: int | None = None
+        player_cards: list[int] = []
+        dealer_cards: list[int] = []
+        done: bool = False
+
+    class BlackjackEnvironment(Environment[BlackjackAction, BlackjackObservation, BlackjackState]):
+        """OpenEnv environment over `BlackjackGame`; one instance per WebSocket session."""
+
+        # Instances share nothing, so the server may hold many sessions at once.
+        SUPPORTS_CONCURRENT_SESSIONS = True
+        # The server gives each session its own thread for sync calls; with the async overrides
+        # below only construction and close() use it, so one shared thread avoids a thread per
+        # session (hundreds in the pool).
+        REQUIRES_SINGLE_THREAD_EXECUTOR = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._game: BlackjackGame | None = None
+            self._state = BlackjackState()
+
+        def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> BlackjackObservation:
+            self._game = BlackjackGame(seeded_cards(seed))
+            self._state = BlackjackState(episode_id=episode_id, seed=seed)
+            # Gymnasium gives no reward at reset.
+            return self._observe(reward=None)
+
+        def step(self, action: BlackjackAction, timeout_s: float | None = None, **kwargs: Any) -> BlackjackObservation:
+            if self._game is None:
+                raise RuntimeError("call reset before step")
+            reward = self._game.step(action.action)
+            self._state.step_count += 1
+            return self._observe(reward=reward)
+
+        # A step takes microseconds: running it on the event loop beats the server's default
+        # hop to a worker thread, which otherwise dominates the cost of each message.
+        async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> BlackjackObservation:
+            return self.reset(seed=seed, episode_id=episode_id)
+
+        async def step_async(self, action: BlackjackAction, timeout_s: float | None = None, **kwargs: Any) -> BlackjackObservation:
+            return self.step(action)
+
+        @property
+        def state(self) -> BlackjackState:
+            if self._game is not None:
+                self._state.player_cards = list(self._game.player)
+                self._state.dealer_cards = list(self._game.dealer)
+                self._state.done = self._game.done
+            return self._state
+
+        def _observe(self, reward: float | None) -> BlackjackObservation:
+            assert self._game is not None
+            game = self._game
+            view = game.view()
+            return BlackjackObservation(
+                player_sum=view.player_sum,
+                dealer_card=view.dealer_card,
+                usable_ace=view.usable_ace,
+                done=game.done,
+                reward=reward,
+                outcome=game.outcome,
+            )
+
+    classes: dict[str, type] = {
+        "BlackjackAction": BlackjackAction,
+        "BlackjackObservation": BlackjackObservation,
+        "BlackjackState": BlackjackState,
+        "BlackjackEnvironment": BlackjackEnvironment,
+    }
+    # Give the classes their module-level names so pickling (Ray) and reprs find them.
+    for name, cls in classes.items():
+        cls.__module__ = __name__
+        cls.__qualname__ = name
+    return classes
+
+
+def __getattr__(name: str) -> Any:
+    if name in _OPENENV_NAMES:
+        globals().update(_build_openenv_classes())
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

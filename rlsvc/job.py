@@ -1,0 +1,158 @@
+"""One training job: connect to Ray, start the actors, warm-start, run the GRPO loop, save the
+final Hugging Face checkpoint, evaluate it, and report to MLflow and the console."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from rlsvc.cluster.placement import plan
+from rlsvc.cluster.ray_setup import cluster_view, connect
+from rlsvc.config import Config, flatten, to_yaml
+from rlsvc.loop import GRPOLoop
+from rlsvc.policy_io import BlackjackCodec
+from rlsvc.services import Services, start_services
+from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
+
+log = logging.getLogger("rlsvc")
+CHECKPOINT_META = "rlsvc.json"
+
+
+def prepare_model(cfg: Config, workdir: Path) -> tuple[Any, dict[str, Any]]:
+    """The tokenizer and where rollout workers get the initial checkpoint from."""
+    from rlsvc.models.hf_export import save_hf_checkpoint, to_hf_state_dict
+    from rlsvc.models.titan import ModelConfig, build_model
+    from rlsvc.models.tokenizer import load_tokenizer
+
+    model_cfg = ModelConfig(**cfg.model.titan.model_dump())
+    folder = workdir / "init_hf"
+    save_hf_checkpoint(folder, to_hf_state_dict(build_model(model_cfg, seed=cfg.run.seed).state_dict(), model_cfg), model_cfg)
+    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    return load_tokenizer(folder), {"files": files}
+
+
+def setup_trainers(cfg: Config, svc: Services) -> dict[str, Any]:
+    model_cfg = cfg.model.titan.model_dump()
+    kwargs = {"lr": cfg.trainer.lr, "weight_decay": cfg.trainer.weight_decay, "max_grad_norm": cfg.trainer.max_grad_norm, "seed": cfg.run.seed}
+    init = ray.get(svc.trainers[0].rendezvous_address.remote()) if len(svc.trainers) > 1 else None
+    ray.get([t.setup.remote(model_cfg, kwargs, init, None) for t in svc.trainers])
+    return {"model_cfg": model_cfg, "kwargs": kwargs}
+
+
+def save_final(cfg: Config, svc: Services, codec: BlackjackCodec, folder: Path) -> Path:
+    from rlsvc.models.hf_export import save_hf_checkpoint
+    from rlsvc.models.titan import ModelConfig
+
+    state = svc.train_call("hf_state_dict")[0]
+    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": "blackjack/v1", "policy_version": None}
+    save_hf_checkpoint(folder, state, ModelConfig(**cfg.model.titan.model_dump()), extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
+    return folder
+
+
+def write_transcripts(path: Path, step: int, episodes: list, n: int) -> None:
+    with path.open("a") as f:
+        for ep in episodes[:n]:
+            turns = [{"obs": o, "answer": t, "logprob": lp} for o, t, lp in zip(ep.observations, ep.texts, ep.logprobs)]
+            f.write(json.dumps({"step": step, "group": ep.group_id, "turns": turns, "outcome": ep.outcome, "reward": ep.reward}) + "\n")
+
+
+def run(cfg: Config, started: float) -> int:
+    console = Console()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run_dir = Path(cfg.run.output_dir).resolve() / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    (run_dir / "config.yaml").write_text(to_yaml(cfg))
+    conn = connect(cfg.cluster)
+    svc: Services | None = None
+    tracker: MlflowTracker | None = None
+    status = "FAILED"
+    try:
+        resources, nodes = cluster_view()
+        placement = plan(cfg, resources, nodes)
+        with tempfile.TemporaryDirectory(prefix="rlsvc-init-") as tmp:
+            tokenizer, source = prepare_model(cfg, Path(tmp))
+        codec = BlackjackCodec(tokenizer)
+        sampling = {"temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens,
+                    "allowed_token_ids": codec.allowed_token_ids if cfg.rollout.constrained_actions else None}
+        svc = start_services(cfg, placement, source, sampling)
+        trainer_setup = setup_trainers(cfg, svc)
+        tracker = MlflowTracker(resolve_tracking_uri(cfg.tracking.tracking_uri), cfg.tracking.experiment, cfg.run.name)
+        tracker.log_params(flatten(cfg.model_dump(mode="json")))
+        tracker.log_artifact(run_dir / "config.yaml")
+        tracker.set_tags({"rlsvc.run_dir": str(run_dir), "ray.dashboard": conn.dashboard_url or ""})
+        console.print(f"[bold]rlsvc[/] run {cfg.run.name}  ray={conn.address}  dashboard={conn.dashboard_url}  mlflow={tracker.tracking_uri} run_id={tracker.run_id}")
+
+        loop = GRPOLoop(cfg, svc, codec)
+        warm_loss = loop.warm_start(cfg.model.warm_start_steps) if cfg.model.warm_start_steps else float("nan")
+        if svc.reference is not None:
+            init_state = svc.train_call("hf_state_dict")[0]
+            ray.get(svc.reference.setup.remote(trainer_setup["model_cfg"], trainer_setup["kwargs"], None, init_state))
+        sync0 = loop.sync_weights()  # waits for the vLLM engines to be up
+        startup_s = time.time() - started
+        tracker.log_metrics({"startup_s": startup_s, "warm_start_loss": warm_loss, **sync0}, step=0)
+        console.print(f"started in {startup_s:.0f}s (warm-start loss {warm_loss:.3f})")
+
+        transcripts = run_dir / "transcripts.jsonl"
+        last: dict[str, float] = {}
+        with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
+                      TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
+            task = bar.add_task("train", total=cfg.run.steps, ret=float("nan"))
+            for step in range(cfg.run.steps):
+                if cfg.run.time_budget_minutes and time.time() - started > cfg.run.time_budget_minutes * 60:
+                    console.print(f"time budget of {cfg.run.time_budget_minutes} min reached after {step} steps")
+                    break
+                last, episodes = loop.step(step)
+                last["time/since_start_s"] = time.time() - started
+                tracker.log_metrics(last, step=step + 1)
+                if step in (0, cfg.run.steps - 1) or step % 25 == 0:
+                    write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)
+                bar.update(task, advance=1, ret=last["return_mean"])
+
+        checkpoint = save_final(cfg, svc, codec, run_dir / "checkpoint")
+        result: dict[str, float] = {}
+        if cfg.eval.episodes:
+            from rlsvc.eval import evaluate, load_policy
+
+            t_eval = time.time()
+            result = evaluate(load_policy(checkpoint), cfg.eval.episodes, cfg.eval.seed)
+            tracker.log_metrics({f"eval/{k}": v for k, v in result.items()} | {"eval/time_s": time.time() - t_eval}, step=loop.version)
+        total_s = time.time() - started
+        tracker.log_metrics({"total_s": total_s}, step=loop.version)
+        for path in (checkpoint, transcripts):
+            if path.exists():
+                tracker.log_artifact(path, path.name if path.is_dir() else None)
+        status = "FINISHED"
+        summary(console, cfg, loop.version, last, result, checkpoint, tracker, total_s)
+        return 0
+    finally:
+        if tracker is not None:
+            tracker.finish(status)
+        if svc is not None:
+            svc.stop()
+        conn.shutdown()
+
+
+def summary(console: Console, cfg: Config, version: int, last: dict, result: dict, checkpoint: Path, tracker: MlflowTracker, total_s: float) -> None:
+    table = Table(title="rlsvc run summary", show_header=False)
+    rows = [
+        ("steps (policy version)", str(version)),
+        ("episodes trained on", str(version * cfg.grpo.groups_per_step * cfg.grpo.group_size)),
+        ("last train return", f"{last.get('return_mean', float('nan')):+.4f}"),
+        *[(f"eval {k}", f"{v:+.4f}" if isinstance(v, float) else str(v)) for k, v in result.items()],
+        ("wall time", f"{total_s:.0f} s"),
+        ("checkpoint", str(checkpoint)),
+        ("mlflow run id", tracker.run_id),
+        ("mlflow tracking uri", tracker.tracking_uri),
+    ]
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)

@@ -1,0 +1,150 @@
+"""The synchronous GRPO step, written to read like the algorithm (DESIGN.md, "One step")."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+import ray
+import torch
+
+from rlsvc.algo.grpo import group_advantages
+from rlsvc.buffer.replay import Episode
+from rlsvc.config import Config
+from rlsvc.models.tokenizer import PAD_ID
+from rlsvc.policy_io import BlackjackCodec
+from rlsvc.rollout.runner import RolloutRunner
+from rlsvc.services import Services
+from rlsvc.trainer.batch import build_batch, split_batch
+
+
+def deal_seed(run_seed: int, step: int, group: int) -> int:
+    return (run_seed * 1_000_003 + step * 10_007 + group) % (2**31)
+
+
+def assign_advantages(episodes: list[Episode], group_size: int, normalize_std: bool) -> None:
+    groups: dict[int, list[Episode]] = {}
+    for ep in episodes:
+        groups.setdefault(ep.group_id, []).append(ep)
+    ordered = [g for g in groups.values() if len(g) == group_size]
+    rewards = torch.tensor([[ep.reward for ep in g] for g in ordered], dtype=torch.float32)
+    adv = group_advantages(rewards, normalize_std=normalize_std)
+    for g, row in zip(ordered, adv.tolist()):
+        for ep, a in zip(g, row):
+            ep.advantage = a
+
+
+def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+    n = max(len(episodes), 1)
+    outcomes = Counter(ep.outcome for ep in episodes)
+    decisions = sum(len(ep.responses) for ep in episodes)
+    return {
+        "return_mean": sum(ep.reward for ep in episodes) / n,
+        "win_rate": outcomes["win"] / n,
+        "push_rate": outcomes["push"] / n,
+        "loss_rate": outcomes["loss"] / n,
+        "invalid_rate": outcomes["invalid"] / n,
+        "truncated_rate": outcomes["truncated"] / n,
+        "decisions_per_episode": decisions / n,
+        "hit_rate": sum(t.strip() == "HIT" for ep in episodes for t in ep.texts) / max(decisions, 1),
+    }
+
+
+@dataclass
+class GRPOLoop:
+    cfg: Config
+    svc: Services
+    codec: BlackjackCodec
+    version: int = 0
+
+    def __post_init__(self) -> None:
+        self.runner = RolloutRunner(self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns)
+        self.allowed = self.codec.allowed_token_ids if self.cfg.rollout.constrained_actions else None
+
+    def warm_start(self, steps: int, batch_size: int = 256) -> float:
+        """Teach the answer format only: random observations, random HIT/STAND answers."""
+        from rlsvc.envs.blackjack import BlackjackObservation
+
+        rng = random.Random(self.cfg.run.seed)
+        loss = float("nan")
+        for _ in range(steps):
+            obs = [BlackjackObservation(player_sum=rng.randint(4, 21), dealer_card=rng.randint(1, 10), usable_ace=rng.random() < 0.2) for _ in range(batch_size)]
+            ids = [self.codec.encode(o) + [rng.choice(self.codec.allowed_token_ids)] for o in obs]
+            input_ids = torch.tensor(ids)
+            mask = torch.zeros_like(input_ids, dtype=torch.float32)
+            mask[:, -1] = 1.0
+            shards = split_batch({"input_ids": input_ids, "loss_mask": mask}, len(self.svc.trainers))
+            losses = ray.get([t.call.remote("sft_step", s["input_ids"], s["loss_mask"]) for t, s in zip(self.svc.trainers, shards)])
+            loss = float(losses[0])
+        return loss
+
+    def sync_weights(self) -> dict[str, float]:
+        """Trainer -> every rollout worker through the object store; all hold `version` after."""
+        t0 = time.perf_counter()
+        refs = [t.call.remote("hf_state_dict") for t in self.svc.trainers]
+        state = refs[0]  # rank 0 holds the gathered weights; passed by reference, not copied here
+        loads = ray.get([w.update_weights.remote(state, self.version) for w in self.svc.rollout])
+        ray.get(refs[1:])
+        load_s = max(x.get("load_s", 0.0) for x in loads)
+        return {"sync_s": time.perf_counter() - t0, "sync_load_s": load_s}
+
+    def step(self, step: int) -> tuple[dict[str, float], list[Episode]]:
+        cfg, svc = self.cfg, self.svc
+        B, G = cfg.grpo.groups_per_step, cfg.grpo.group_size
+        t0 = time.perf_counter()
+        groups = [(step * B + b, deal_seed(cfg.run.seed, step, b)) for b in range(B)]
+        episodes = self.runner.collect(groups, G, self.version, sample_seed=cfg.run.seed * 7919 + step)
+        t_rollout = time.perf_counter()
+
+        episodes = ray.get(svc.reward.score.remote(episodes))
+        assign_advantages(episodes, G, cfg.grpo.normalize_std)
+        ray.get(svc.buffer.add.remote(episodes))
+        batch_eps = ray.get(svc.buffer.sample.remote(B * G, self.version))
+        staleness = [self.version - ep.policy_version for ep in batch_eps]
+        batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
+        t_reward = time.perf_counter()
+
+        if svc.reference is not None:
+            batch["ref_logprobs"] = ray.get(svc.reference.call.remote("logprobs", batch["input_ids"], self.allowed))
+        t_ref = time.perf_counter()
+
+        train = self.train(batch)
+        self.version += 1
+        t_train = time.perf_counter()
+        sync = self.sync_weights()
+        t_end = time.perf_counter()
+
+        tokens = sum(len(r) for ep in episodes for r in ep.responses)
+        metrics = {
+            **episode_metrics(episodes),
+            **train,
+            **sync,
+            "time/rollout_s": t_rollout - t0,
+            "time/reward_s": t_reward - t_rollout,
+            "time/reference_s": t_ref - t_reward,
+            "time/train_s": t_train - t_ref,
+            "time/sync_s": t_end - t_train,
+            "time/step_s": t_end - t0,
+            "tokens_per_s": tokens / max(t_rollout - t0, 1e-9),
+            "staleness_mean": sum(staleness) / max(len(staleness), 1),
+            "staleness_max": float(max(staleness, default=0)),
+            "policy_version": float(self.version),
+        }
+        return metrics, episodes
+
+    def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        cfg = self.cfg
+        kwargs = {
+            "clip_eps": cfg.grpo.clip_eps,
+            "clip_eps_high": cfg.grpo.clip_eps_high,
+            "kl_coef": cfg.grpo.kl_coef,
+            "normalization": "token",  # sequence weighting is already in the mask (trainer/batch.py)
+            "allowed_token_ids": self.allowed,
+        }
+        results: list[dict[str, float]] = []
+        for minibatch in split_batch(batch, cfg.trainer.minibatches):
+            shards = split_batch(minibatch, len(self.svc.trainers))
+            results.append(ray.get([t.call.remote("train_step", s, **kwargs) for t, s in zip(self.svc.trainers, shards)])[0])
+        return {k: sum(r[k] for r in results) / len(results) for k in results[0]}

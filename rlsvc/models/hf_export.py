@@ -1,0 +1,134 @@
+"""TorchTitan <-> Hugging Face `LlamaForCausalLM` weights, and atomic HF checkpoint folders.
+
+Names and the RoPE layout both differ: TorchTitan's Llama3 applies complex RoPE to interleaved
+pairs (d0,d1),(d2,d3),..., HF's `rotate_half` pairs d_i with d_{i+head_dim/2}. TorchTitan's own
+`Llama3StateDictAdapter` (the permutation from HF's conversion script) handles both; the unit
+tests check the exported model's logits against `transformers` numerically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rlsvc.models.titan import ModelConfig, titan_config
+from rlsvc.models.tokenizer import BOS_ID, EOS_ID, PAD_ID, save_tokenizer
+
+WEIGHTS_FILE = "model.safetensors"
+
+
+def _adapter(cfg: ModelConfig):
+    from torchtitan.models.llama3 import Llama3StateDictAdapter
+
+    return Llama3StateDictAdapter(titan_config(cfg), hf_assets_path=None)
+
+
+def to_hf_state_dict(titan_sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """TorchTitan names/layout -> HF Llama names/layout, as contiguous CPU float32 COPIES.
+
+    Copies: unpermuted tensors would otherwise alias the live parameters, and a snapshot sent to
+    vLLM or the reference model must not change when the optimiser steps.
+    """
+    hf_sd = _adapter(cfg).to_hf(dict(titan_sd))
+    return {k: v.detach().to("cpu", torch.float32, copy=True).contiguous() for k, v in hf_sd.items()}
+
+
+def from_hf_state_dict(hf_sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """HF Llama names/layout -> TorchTitan names/layout (inverse of `to_hf_state_dict`).
+
+    A checkpoint with tied embeddings (no `lm_head.weight`) is untied by copying the embedding,
+    since our TorchTitan config keeps a separate output head. Checkpoints with parameters the
+    Llama3 layout lacks (e.g. Qwen2's q/k/v biases) are rejected by name.
+    """
+    hf_sd = {k: v for k, v in hf_sd.items() if not k.endswith("rotary_emb.inv_freq")}
+    if "lm_head.weight" not in hf_sd and "model.embed_tokens.weight" in hf_sd:
+        hf_sd["lm_head.weight"] = hf_sd["model.embed_tokens.weight"].clone()
+    try:
+        titan_sd = _adapter(cfg).from_hf(hf_sd)
+    except KeyError as err:
+        raise ValueError(f"HF weight {err} has no TorchTitan Llama3 counterpart (not a Llama layout?)") from err
+    return {k: v.contiguous() for k, v in titan_sd.items()}
+
+
+def hf_config_dict(cfg: ModelConfig) -> dict:
+    """The `config.json` of the equivalent `LlamaForCausalLM`."""
+    return {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": cfg.dim,
+        "intermediate_size": cfg.ffn_hidden_dim,
+        "num_hidden_layers": cfg.n_layers,
+        "num_attention_heads": cfg.n_heads,
+        "num_key_value_heads": cfg.n_kv_heads,
+        "head_dim": cfg.head_dim,
+        "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.max_seq_len,
+        "rope_theta": cfg.rope_theta,
+        "rms_norm_eps": cfg.norm_eps,
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "tie_word_embeddings": False,
+        "bos_token_id": BOS_ID,
+        "eos_token_id": EOS_ID,
+        "pad_token_id": PAD_ID,
+        "torch_dtype": "float32",
+    }
+
+
+def _generation_config() -> dict:
+    return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
+
+
+def _write_checkpoint(directory: Path, hf_sd: dict[str, torch.Tensor], cfg: ModelConfig) -> None:
+    from safetensors.torch import save_file
+
+    (directory / "config.json").write_text(json.dumps(hf_config_dict(cfg), indent=2))
+    (directory / "generation_config.json").write_text(json.dumps(_generation_config(), indent=2))
+    tensors = {k: v.detach().to("cpu").contiguous() for k, v in hf_sd.items()}
+    save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    save_tokenizer(directory)
+
+
+def save_hf_checkpoint(directory: str | Path, hf_state_dict: dict[str, torch.Tensor], cfg: ModelConfig) -> Path:
+    """Write a loadable HF folder (config, weights, generation config, tokenizer) atomically.
+
+    Everything goes into a temporary sibling first and is renamed into place at the end, so a
+    reader (vLLM, a crash-restart) sees either no folder or a complete one. An existing folder at
+    `directory` is replaced.
+    """
+    final = Path(directory)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        _write_checkpoint(tmp, hf_state_dict, cfg)
+        if final.exists():
+            # rename() cannot replace a non-empty folder: move the old one aside, then drop it.
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+            os.replace(final, old / "ckpt")
+            os.replace(tmp, final)
+            shutil.rmtree(old)
+        else:
+            os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return final
+
+
+def load_hf_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors from the folder's safetensors file(s), keyed by HF name."""
+    from safetensors.torch import load_file
+
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {directory}")
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    return state

@@ -1,0 +1,81 @@
+"""Start (and stop) every actor of a job, each placed on its node group."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+
+from rlsvc.cluster.actors import BufferWorker, EnvWorker, RewardWorker, RolloutWorker, TrainerWorker
+from rlsvc.cluster.fleet import RayEnvFleet, RayGenerator
+from rlsvc.cluster.placement import Placement, Role
+from rlsvc.config import Config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Services:
+    rollout: list[Any]
+    trainers: list[Any]
+    reference: Any | None
+    envs: list[Any]
+    reward: Any
+    buffer: Any
+    generator: RayGenerator
+    fleet: RayEnvFleet
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def all_actors(self) -> list[Any]:
+        ref = [self.reference] if self.reference is not None else []
+        return [*self.rollout, *self.trainers, *ref, *self.envs, self.reward, self.buffer]
+
+    def train_call(self, method: str, shards: list[Any] | None = None, **kwargs: Any) -> list[Any]:
+        """Call `method` on every trainer rank (rank i gets shards[i]) and wait for all."""
+        if shards is None:
+            return ray.get([t.call.remote(method, **kwargs) for t in self.trainers])
+        return ray.get([t.call.remote(method, s, **kwargs) for t, s in zip(self.trainers, shards)])
+
+    def stop(self) -> None:
+        closing = [a.close.remote() for a in self.all_actors() if hasattr(a, "close")]
+        try:
+            ray.get(closing, timeout=60)
+        except (ray.exceptions.RayError, TimeoutError) as e:
+            log.warning("an actor did not close cleanly: %s", e)
+        for actor in self.all_actors():
+            ray.kill(actor)
+
+
+def _actor(cls: type, place: Placement, name: str) -> Any:
+    return ray.remote(cls).options(name=None, **place.options()).remote  # type: ignore[no-any-return]
+
+
+def start_services(cfg: Config, placement: dict[Role, Placement], model_source: dict[str, Any], sampling: dict[str, Any]) -> Services:
+    """Create every actor at once (Ray starts them in parallel); trainer ranks join their
+    process group in `setup`, which the caller runs once all of them exist."""
+    engine_kwargs = {
+        "seed": cfg.run.seed,
+        "max_model_len": cfg.model.titan.max_seq_len,
+        "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization,
+        "kv_cache_gb": cfg.rollout.kv_cache_gb,
+        "enforce_eager": cfg.rollout.enforce_eager,
+    }
+    rollout = [_actor(RolloutWorker, placement["rollout"], "rollout")(model_source, engine_kwargs, sampling) for _ in range(cfg.rollout.num_workers)]
+    n = cfg.trainer.num_ranks
+    trainers = [_actor(TrainerWorker, placement["trainer"], "trainer")(rank, n) for rank in range(n)]
+    reference = _actor(TrainerWorker, placement["reference"], "reference")(0, 1) if cfg.grpo.kl_coef > 0 else None
+    envs = [_actor(EnvWorker, placement["env"], "env")(cfg.env.sessions_per_actor) for _ in range(cfg.env.num_actors)]
+    reward = _actor(RewardWorker, placement["reward"], "reward")(cfg.env.invalid_action_penalty)
+    buffer = _actor(BufferWorker, placement["buffer"], "buffer")(cfg.buffer.capacity, cfg.buffer.max_staleness)
+    return Services(
+        rollout=rollout,
+        trainers=trainers,
+        reference=reference,
+        envs=envs,
+        reward=reward,
+        buffer=buffer,
+        generator=RayGenerator(rollout),
+        fleet=RayEnvFleet(envs, cfg.env.sessions_per_actor),
+    )

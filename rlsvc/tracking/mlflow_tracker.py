@@ -1,0 +1,61 @@
+"""One MLflow run per job: flattened config as params, per-step metrics in batches, artifacts.
+
+The tracking URI comes from the config, else MLFLOW_TRACKING_URI, else a sqlite store in the
+working directory (MLflow 3's default backend).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+MAX_PARAMS_PER_BATCH = 100  # MLflow's log_batch limit
+MAX_METRICS_PER_BATCH = 1000
+
+
+def resolve_tracking_uri(configured: str | None) -> str:
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+class MlflowTracker:
+    def __init__(self, tracking_uri: str, experiment: str, run_name: str) -> None:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+
+        mlflow.set_tracking_uri(tracking_uri)
+        self.tracking_uri = tracking_uri
+        self.client = MlflowClient(tracking_uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
+        self.run_id = self.client.create_run(exp_id, run_name=run_name).info.run_id
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)) for k, v in sorted(params.items())]
+        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            self.client.log_batch(self.run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
+        for i in range(0, len(items), MAX_METRICS_PER_BATCH):
+            self.client.log_batch(self.run_id, metrics=items[i : i + MAX_METRICS_PER_BATCH])
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        p = Path(path)
+        if p.is_dir():
+            self.client.log_artifacts(self.run_id, str(p), artifact_path)
+        else:
+            self.client.log_artifact(self.run_id, str(p), artifact_path)
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self.run_id, k, v)
+
+    def finish(self, status: str = "FINISHED") -> None:
+        self.client.set_terminated(self.run_id, status=status)

@@ -1,0 +1,54 @@
+"""`python -m rlsvc.train [--config FILE] [dotted.key=value ...]`: one GRPO training job.
+
+Arguments and config are checked before torch, Ray or vLLM are imported, so `--help` and config
+errors answer at once (exit 2, one line naming the field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m rlsvc.train",
+        description="Train a language-model policy with GRPO on a Ray cluster (joins RAY_ADDRESS, "
+        "else starts a local cluster). Defaults: the tiny BlackJack policy (configs/blackjack_tiny.yaml).",
+    )
+    p.add_argument("--config", help="YAML config file (default: the built-in tiny BlackJack config)")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="dotted overrides, e.g. run.steps=50 grpo.kl_coef=0")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.time()
+    args = build_parser().parse_args(argv)
+    from rlsvc.config import ConfigError, load_config, to_yaml
+
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except ConfigError as e:
+        print(f"rlsvc.train: {e}", file=sys.stderr)
+        return 2
+    if args.print_config:
+        print(to_yaml(cfg), end="")
+        return 0
+    from rlsvc.cluster.ray_setup import ClusterUnreachable, check_reachable
+
+    address = cfg.cluster.resolved_address()
+    try:
+        if address:
+            check_reachable(address)
+    except ClusterUnreachable as e:
+        print(f"rlsvc.train: {e}", file=sys.stderr)
+        return 2
+    from rlsvc.job import run
+
+    return run(cfg, started)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,292 @@
+"""The learner: a TorchTitan Llama3 policy, FSDP2-sharded across data-parallel ranks, with GRPO steps.
+
+Plain classes (the Ray actor wrapper lives elsewhere). Every rank gets its own slice of the global
+batch; all distributed calls (`train_step`, `sft_step`, `logprobs`, `hf_state_dict`,
+`load_hf_state_dict`, `parameter_checksum`) are collectives and must be made on all ranks.
+
+Sharding choice:
+- world_size > 1: TorchTitan's own FSDP2 recipe, `apply_fsdp_to_decoder` (the data-parallel half
+  of `parallelize_llama`; the rest of that function is TP/CP/AC/compile, all off here). We build
+  the 1-D mesh ourselves instead of through `ParallelDims.build_mesh`, which picks its device type
+  from a module global that is "cuda" on a machine without accelerators. TorchTitan disables
+  FSDP's gradient division, and we force plain SUM reductions (gloo rejects PREMUL_SUM), so
+  gradients are SUMMED over ranks. Each rank's loss is its local sum divided by the GLOBAL
+  token/sequence count, so the summed gradient is exactly the 1-rank gradient (no world_size factor).
+- world_size == 1: the plain module. fully_shard would need a 1-rank process group (a port or
+  file per actor, global state) to buy nothing on one rank.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from rlsvc.algo.grpo import Normalization, k3_kl, masked_reduce, policy_loss, token_logprobs
+from rlsvc.models.hf_export import from_hf_state_dict, to_hf_state_dict
+from rlsvc.models.titan import ModelConfig, build_model, forward, pick_device
+
+METRIC_KEYS = ("loss", "kl", "entropy", "clip_frac", "ratio_mean", "mismatch_sum", "tokens")
+
+
+def _to_local(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t.to_local() if isinstance(t, DTensor) else t
+
+
+def _to_full(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def apply_fsdp(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
+    """Shard with TorchTitan's FSDP2 recipe (embeddings, [norm, head], each block, root)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+    from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
+
+    mesh = init_device_mesh(device.type, (world_size,), mesh_dim_names=("fsdp",))
+    apply_fsdp_to_decoder(model, mesh, param_dtype=torch.float32, reduce_dtype=torch.float32, pp_enabled=False)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            # gloo has no PREMUL_SUM; with division disabled a plain SUM is what we want anyway.
+            module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+def _response_only(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Zero outside the response. With `allowed_token_ids`, prompt tokens get -inf logprobs, and
+    0 * inf in the masked sums (KL, mismatch) or their gradients would turn into NaN."""
+    return torch.where(mask > 0, values, torch.zeros_like(values))
+
+
+class _PolicyBase:
+    """Shared by the trainer and the frozen reference: device, model, logprobs."""
+
+    cfg: ModelConfig
+    device: torch.device
+    model: nn.Module
+
+    @torch.no_grad()
+    def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
+        """log p(token t | tokens < t) as [N, T] on CPU (position 0 is 0)."""
+        self.model.eval()
+        ids = input_ids.to(self.device)
+        lp, _ = token_logprobs(forward(self.model, ids), ids, allowed_token_ids)
+        return lp.cpu()
+
+
+class TitanReference(_PolicyBase):
+    """Frozen, unsharded copy of the policy for the KL term: only `logprobs` and weight loading."""
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        *,
+        hf_state_dict: dict[str, torch.Tensor] | None = None,
+        seed: int = 0,
+        device: str = "auto",
+    ) -> None:
+        self.cfg = model_cfg
+        self.device = pick_device(device)
+        self.model = build_model(model_cfg, seed).requires_grad_(False).eval()
+        if hf_state_dict is not None:
+            self.load_hf_state_dict(hf_state_dict)
+        self.model.to(self.device)
+
+    def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        self.model.load_state_dict(from_hf_state_dict(sd, self.cfg))
+
+
+class TitanTrainer(_PolicyBase):
+    """One data-parallel rank of the GRPO learner (AdamW, grad clipping, one step per call)."""
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        *,
+        lr: float,
+        weight_decay: float = 0.0,
+        max_grad_norm: float = 1.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        dist_init_method: str | None = None,
+        init_hf_state_dict: dict[str, torch.Tensor] | None = None,
+        device: str = "auto",
+    ) -> None:
+        self.cfg = model_cfg
+        self.rank, self.world_size = rank, world_size
+        self.max_grad_norm = max_grad_norm
+        self.device = pick_device(device)
+        self._owns_group = False
+        if world_size > 1:
+            self._init_process_group(dist_init_method)
+        # Every rank builds the same full weights from the same seed, then keeps its shard.
+        model = build_model(model_cfg, seed)
+        if init_hf_state_dict is not None:
+            model.load_state_dict(from_hf_state_dict(init_hf_state_dict, model_cfg))
+        model.to(self.device)
+        self.sharded = world_size > 1
+        self.model = apply_fsdp(model, self.device, world_size) if self.sharded else model
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+
+    def _init_process_group(self, init_method: str | None) -> None:
+        if dist.is_initialized():
+            if dist.get_world_size() != self.world_size:
+                raise RuntimeError(f"a process group of size {dist.get_world_size()} exists; trainer wants {self.world_size}")
+            return
+        if self.device.type == "cuda" and self.device.index is not None:
+            torch.cuda.set_device(self.device)
+        backend = "nccl" if self.device.type == "cuda" else "gloo"
+        dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world_size)
+        self._owns_group = True
+
+    # ---- collectives over the data-parallel ranks -------------------------------------------
+
+    def _all_sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Sum a small float64 vector over ranks (one all-reduce for all the counters)."""
+        if not self.sharded:
+            return values.cpu()
+        on_device = values.to(self.device)  # NCCL only reduces device tensors
+        dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
+        return on_device.cpu()
+
+    def _global_denominator(self, mask: torch.Tensor, normalization: Normalization) -> float:
+        local = mask.sum() if normalization == "token" else torch.tensor(float(mask.shape[0]))
+        total = self._all_sum(local.detach().to(torch.float64).reshape(1).clone())
+        # A batch with no response tokens anywhere gives a zero loss, not a division by zero.
+        return max(float(total.item()), 1.0)
+
+    def _step_optimizer(self) -> float:
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(_to_full(grad_norm).item())
+
+    # ---- training -----------------------------------------------------------------------------
+
+    def train_step(
+        self,
+        batch: dict[str, torch.Tensor],
+        *,
+        clip_eps: float = 0.2,
+        clip_eps_high: float | None = None,
+        kl_coef: float = 0.0,
+        normalization: Normalization = "token",
+        allowed_token_ids: list[int] | None = None,
+    ) -> dict[str, float]:
+        """One GRPO optimiser step on this rank's slice of the global batch; metrics are global."""
+        b = {k: v.to(self.device) for k, v in batch.items()}
+        ids, mask = b["input_ids"], b["loss_mask"].to(torch.float32)
+        old = _response_only(b["old_logprobs"].to(torch.float32), mask)
+        ref = _response_only(b["ref_logprobs"].to(torch.float32), mask) if "ref_logprobs" in b else None
+        denominator = self._global_denominator(mask, normalization)
+
+        self.model.train()
+        logprobs, entropy = token_logprobs(forward(self.model, ids), ids, allowed_token_ids)
+        logprobs = _response_only(logprobs, mask)
+        loss, stats = policy_loss(
+            logprobs,
+            old,
+            b["advantages"],
+            mask,
+            clip_eps=clip_eps,
+            clip_eps_high=clip_eps_high,
+            kl_coef=kl_coef,
+            ref_logprobs=ref,
+            normalization=normalization,
+            denominator=denominator,
+        )
+        loss.backward()
+        grad_norm = self._step_optimizer()
+
+        local = self._local_metrics(loss, stats, logprobs, entropy, old, ref, mask, normalization, denominator)
+        totals = dict(zip(METRIC_KEYS, self._all_sum(local).tolist(), strict=True))
+        tokens = max(totals.pop("tokens"), 1.0)
+        totals["logprob_mismatch"] = totals.pop("mismatch_sum") / tokens
+        totals["grad_norm"] = grad_norm
+        return totals
+
+    def _local_metrics(
+        self,
+        loss: torch.Tensor,
+        stats: dict[str, torch.Tensor],
+        logprobs: torch.Tensor,
+        entropy: torch.Tensor,
+        old: torch.Tensor,
+        ref: torch.Tensor | None,
+        mask: torch.Tensor,
+        normalization: Normalization,
+        denominator: float,
+    ) -> torch.Tensor:
+        """Per-rank partial sums; every entry is already divided by the GLOBAL count, so summing
+        over ranks gives the global value."""
+        lp = logprobs.detach()
+        kl = stats.get("kl")
+        if kl is None and ref is not None:  # still report the KL when it is not in the loss
+            kl = masked_reduce(k3_kl(lp, ref), mask, normalization, denominator)
+        parts = [
+            loss.detach(),
+            kl if kl is not None else torch.zeros((), device=mask.device),
+            masked_reduce(entropy.detach(), mask, normalization, denominator),
+            stats["clip_frac"],
+            stats["ratio_mean"],
+            ((lp - old).abs() * mask).sum(),
+            mask.sum(),
+        ]
+        return torch.stack([p.to(torch.float64).reshape(()) for p in parts]).cpu()
+
+    def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float:
+        """One step of cross-entropy on the masked tokens (token-mean over the global batch)."""
+        ids, mask = input_ids.to(self.device), loss_mask.to(self.device, torch.float32)
+        denominator = self._global_denominator(mask, "token")
+        self.model.train()
+        logprobs, _ = token_logprobs(forward(self.model, ids), ids)
+        loss = -(logprobs * mask).sum() / denominator
+        loss.backward()
+        self._step_optimizer()
+        return float(self._all_sum(loss.detach().to(torch.float64).reshape(1).cpu()).item())
+
+    # ---- weights ------------------------------------------------------------------------------
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """Full weights in HF Llama names, contiguous CPU float32. With FSDP, rank 0 gets the dict
+        and the other ranks an empty one (all ranks must call)."""
+        if not self.sharded:
+            return to_hf_state_dict(self.model.state_dict(), self.cfg)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return to_hf_state_dict(full, self.cfg) if self.rank == 0 else {}
+
+    def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        """Load full HF-named weights; with FSDP every rank passes the same full dict."""
+        titan_sd = from_hf_state_dict(sd, self.cfg)
+        if not self.sharded:
+            self.model.load_state_dict(titan_sd)
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        set_model_state_dict(self.model, titan_sd, options=StateDictOptions(full_state_dict=True))
+
+    def parameter_checksum(self) -> float:
+        """Sum of all parameter values plus their squares, in float64 (a cheap equality probe)."""
+        local = torch.zeros(1, dtype=torch.float64)
+        for p in self.model.parameters():
+            x = _to_local(p.detach()).to("cpu", torch.float64)
+            local += x.sum() + (x * x).sum()
+        return float(self._all_sum(local).item())
+
+    def state(self) -> dict[str, Any]:
+        return {"rank": self.rank, "world_size": self.world_size, "device": str(self.device), "sharded": self.sharded}
+
+    def close(self) -> None:
+        if self._owns_group and dist.is_initialized():
+            dist.destroy_process_group()
+        self._owns_group = False

@@ -1,0 +1,109 @@
+"""EnvPool: OpenEnv's real server and WebSocket client, checked against the plain rules."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from rlsvc.envs.blackjack import BlackjackGame, HandView, seeded_cards, stick_at
+
+pytestmark = pytest.mark.integration
+
+NUM_SESSIONS = 8
+
+
+@pytest.fixture(scope="module")
+def pool():
+    from rlsvc.envs.openenv_pool import EnvPool
+
+    with EnvPool(NUM_SESSIONS, call_timeout_s=30.0) as p:
+        yield p
+
+
+def _view(obs) -> HandView:
+    return HandView(obs.player_sum, obs.dealer_card, obs.usable_ace)
+
+
+def _play_through_pool(pool, seeds: list[int], policies: list) -> list[tuple[list, float]]:
+    """Run one episode per session; returns (views seen, final reward) per session."""
+    ids = list(range(len(seeds)))
+    obs = pool.reset(ids, seeds)
+    traces = [[_view(o)] for o in obs]
+    rewards = [0.0] * len(ids)
+    live = {i: o for i, o in zip(ids, obs, strict=True) if not o.done}
+    while live:
+        sids = list(live)
+        new = pool.step(sids, [policies[i](live[i]) for i in sids])
+        live = {}
+        for i, o in zip(sids, new, strict=True):
+            traces[i].append(_view(o))
+            if o.done:
+                rewards[i] = o.reward
+                assert o.outcome == {1.0: "win", 0.0: "push", -1.0: "loss"}[o.reward]
+            else:
+                assert o.reward == 0.0 and o.outcome is None
+                live[i] = o
+    return list(zip(traces, rewards, strict=True))
+
+
+def _play_plain(seed: int, policy) -> tuple[list, float]:
+    game = BlackjackGame(seeded_cards(seed))
+    trace = [game.view()]
+    while not game.done:
+        game.step(policy(game.view()))
+        trace.append(game.view())
+    return trace, game.reward
+
+
+def test_reset_observation(pool) -> None:
+    (obs,) = pool.reset([0], [123])
+    assert not obs.done and obs.reward is None and obs.outcome is None
+    assert 4 <= obs.player_sum <= 21 and 1 <= obs.dealer_card <= 10
+
+
+def test_pool_matches_plain_rules(pool) -> None:
+    policies = [stick_at(t) for t in (12, 14, 15, 16, 17, 18, 19, 21)]
+    for round_ in range(3):
+        seeds = [1000 * round_ + i for i in range(NUM_SESSIONS)]
+        got = _play_through_pool(pool, seeds, policies)
+        want = [_play_plain(s, p) for s, p in zip(seeds, policies, strict=True)]
+        assert got == want
+
+
+def test_group_shares_the_deal(pool) -> None:
+    seeds = [42] * NUM_SESSIONS
+    obs = pool.reset(list(range(NUM_SESSIONS)), seeds)
+    assert len({_view(o) for o in obs}) == 1
+    # Same seed and same actions: identical episodes, whatever session they run in.
+    results = _play_through_pool(pool, seeds, [stick_at(17)] * NUM_SESSIONS)
+    assert all(r == results[0] for r in results)
+
+
+def test_rejects_bad_batches(pool) -> None:
+    with pytest.raises(ValueError):
+        pool.reset([0, 0], [1, 2])
+    with pytest.raises(IndexError):
+        pool.step([NUM_SESSIONS], ["hit"])
+    with pytest.raises(ValueError):
+        pool.step([0, 1], ["hit"])
+
+
+def test_close_frees_the_port() -> None:
+    from rlsvc.envs.openenv_pool import EnvPool
+
+    pool = EnvPool(2)
+    port = pool.port
+    pool.reset([0, 1], [5, 6])
+    pool.close()
+    pool.close()  # idempotent
+    assert not pool._thread.is_alive()
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0
+    with socket.socket() as sock:
+        # SO_REUSEADDR: closed connections may linger in TIME_WAIT; only a listener would block.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+    with pytest.raises(RuntimeError):
+        pool.reset([0], [1])

@@ -1,0 +1,148 @@
+"""BlackJack rules against hand-built deals and Gymnasium `Blackjack-v1` (sab=True) references."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import pytest
+
+from rlsvc.envs.blackjack import (
+    BlackjackGame,
+    HandView,
+    format_prompt,
+    parse_action,
+    play_episode,
+    scripted_cards,
+    seeded_cards,
+    stick_at,
+    uniform_random_policy,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def deal(dealer: list[int], player: list[int], more: list[int] = ()) -> BlackjackGame:
+    """A game whose deal is fixed: dealer's two cards, player's two, then `more` in order."""
+    return BlackjackGame(scripted_cards([*dealer, *player, *more]))
+
+
+def test_deal_order_and_view() -> None:
+    game = deal([7, 10], [1, 5])
+    assert game.dealer == [7, 10] and game.player == [1, 5]
+    assert game.view() == HandView(player_sum=16, dealer_card=7, usable_ace=True)
+
+
+def test_player_bust_loses_without_dealer_drawing() -> None:
+    game = deal([10, 6], [10, 5], more=[9])
+    assert game.step("hit") == -1.0
+    assert game.done and game.outcome == "loss" and game.dealer == [10, 6]
+
+
+def test_dealer_draws_to_17_and_busts() -> None:
+    game = deal([10, 6], [10, 2], more=[8])
+    assert game.step("stand") == 1.0
+    assert game.dealer == [10, 6, 8] and game.outcome == "win"
+
+
+def test_push_on_equal_totals() -> None:
+    game = deal([10, 8], [9, 9])
+    assert game.step("stand") == 0.0 and game.outcome == "push"
+
+
+def test_dealer_stands_on_soft_17() -> None:
+    game = deal([1, 6], [10, 8])
+    assert game.step("stand") == 1.0
+    assert game.dealer == [1, 6]
+
+
+def test_dealer_soft_hand_becomes_hard() -> None:
+    # A + 5 = soft 16 -> draws 10 -> hard 16 -> draws 5 -> 21.
+    game = deal([1, 5], [10, 10], more=[10, 5])
+    assert game.step("stand") == -1.0
+    assert game.dealer == [1, 5, 10, 5]
+
+
+def test_natural_beats_dealer_21_with_sab() -> None:
+    game = deal([7, 4], [1, 10], more=[10])  # dealer reaches 21 with three cards
+    assert game.step("stand") == 1.0
+
+
+def test_natural_against_natural_is_push() -> None:
+    game = deal([10, 1], [1, 10])
+    assert game.step("stand") == 0.0
+
+
+def test_natural_lost_after_hit() -> None:
+    # Hitting a natural: 21 with three cards is no longer a natural and pushes dealer's 21.
+    game = deal([7, 4], [1, 10], more=[10, 10])
+    assert game.step("hit") == 0.0 and game.view().player_sum == 21
+    assert game.step("stand") == 0.0
+
+
+def test_usable_ace_turns_hard() -> None:
+    game = deal([10, 7], [1, 6], more=[9])
+    assert game.view() == HandView(17, 10, True)
+    assert game.step("hit") == 0.0
+    assert game.view() == HandView(16, 10, False) and not game.done
+
+
+def test_two_aces_count_one_as_eleven() -> None:
+    assert deal([10, 7], [1, 1]).view() == HandView(12, 10, True)
+
+
+def test_step_after_done_raises() -> None:
+    game = deal([10, 8], [9, 9])
+    game.step("stand")
+    with pytest.raises(RuntimeError):
+        game.step("stand")
+
+
+def test_same_seed_same_cards_for_same_actions() -> None:
+    for seed in range(200):
+        a, b = BlackjackGame(seeded_cards(seed)), BlackjackGame(seeded_cards(seed))
+        for action in ("hit", "hit", "stand"):
+            if a.done:
+                break
+            a.step(action)
+            b.step(action)
+        assert (a.dealer, a.player, a.reward) == (b.dealer, b.player, b.reward)
+
+
+def test_seeds_give_different_deals() -> None:
+    deals = {tuple(BlackjackGame(seeded_cards(s)).player) for s in range(50)}
+    assert len(deals) > 10
+
+
+def test_prompt_and_action_parsing() -> None:
+    assert format_prompt(HandView(15, 10, False)) == "player 15 dealer 10 ace no action :"
+    assert format_prompt(HandView(13, 1, True)) == "player 13 dealer 1 ace yes action :"
+    assert parse_action(" HIT ") == "hit"
+    assert parse_action("STAND") == "stand"
+    assert parse_action("stand\n") == "stand"
+    for bad in ("", "HIT STAND", "Hit", "fold", "<eos>"):
+        assert parse_action(bad) is None
+
+
+def test_plain_rules_do_not_import_openenv() -> None:
+    # Rollout and reward code import the plain rules; openenv.core costs seconds to import.
+    if "openenv.core" in sys.modules:
+        pytest.skip("another test already imported openenv")
+    import rlsvc.envs.blackjack  # noqa: F401
+
+    assert "openenv.core" not in sys.modules
+
+
+# Gymnasium Blackjack-v1 (sab=True) expected returns per episode.
+@pytest.mark.parametrize(
+    ("make_policy", "expected"),
+    [(lambda: stick_at(17), -0.0759), (lambda: uniform_random_policy(seed=7), -0.3942)],
+    ids=["stick_at_17", "uniform_random"],
+)
+def test_reference_returns(make_policy, expected: float) -> None:
+    n = 200_000
+    policy = make_policy()
+    returns = [play_episode(policy, seed) for seed in range(n)]
+    mean = sum(returns) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in returns) / (n - 1))
+    assert abs(mean - expected) < 3 * std / math.sqrt(n), (mean, expected)

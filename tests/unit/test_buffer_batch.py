@@ -1,0 +1,67 @@
+import pytest
+import torch
+
+from rlsvc.buffer.replay import Episode, ReplayBuffer
+from rlsvc.loop import assign_advantages, deal_seed, episode_metrics
+from rlsvc.rewards.blackjack import blackjack_rubric
+from rlsvc.trainer.batch import build_batch, split_batch
+
+
+def _ep(version: int, group: int = 0, reward: float = 0.0, n: int = 1) -> Episode:
+    ep = Episode(group_id=group, policy_version=version, reward=reward)
+    for i in range(n):
+        ep.prompts.append([1, 5, 6])
+        ep.responses.append([11 + i % 2])
+        ep.logprobs.append([-0.5])
+        ep.texts.append("HIT")
+    return ep
+
+
+def test_staleness_bound_drops_old_versions():
+    buf = ReplayBuffer(capacity=100, max_staleness=1)
+    buf.add([_ep(0), _ep(1), _ep(2), _ep(2)])
+    got = buf.sample(10, current_version=2)
+    assert [e.policy_version for e in got] == [1, 2, 2] and buf.dropped_stale == 1
+    assert max(buf.staleness(got, 2)) <= 1
+
+
+def test_on_policy_buffer_and_capacity():
+    buf = ReplayBuffer(capacity=2, max_staleness=0)
+    buf.add([_ep(3), _ep(3), _ep(3)])
+    assert len(buf) == 2 and buf.dropped_full == 1
+    assert buf.sample(10, current_version=4) == [] and buf.dropped_stale == 2
+    with pytest.raises(ValueError):
+        ReplayBuffer(capacity=0)
+
+
+def test_rubric_invalid_penalty():
+    rub = blackjack_rubric(-1.5)
+    ok, bad = _ep(0), _ep(0)
+    ok.env_return = 1.0
+    bad.invalid, bad.env_return = True, 1.0
+    rub.score_all([ok, bad])
+    assert (ok.reward, bad.reward) == (1.0, -1.5)
+
+
+def test_advantages_by_group_and_metrics():
+    eps = [_ep(0, group=g, reward=r) for g, r in [(0, 1.0), (0, -1.0), (1, 0.0), (1, 0.0)]]
+    eps[1].outcome, eps[0].outcome = "loss", "win"
+    assign_advantages(eps, group_size=2, normalize_std=False)
+    assert [e.advantage for e in eps] == [1.0, -1.0, 0.0, 0.0]
+    m = episode_metrics(eps)
+    assert m["win_rate"] == 0.25 and m["return_mean"] == 0.0 and m["hit_rate"] == 1.0
+    assert deal_seed(0, 1, 2) != deal_seed(0, 2, 1)
+
+
+def test_build_batch_masks_and_sequence_weights():
+    a, b = _ep(0, n=2), _ep(0, n=1)
+    a.advantage, b.advantage = 0.5, -1.0
+    batch = build_batch([a, b], pad_id=0, normalization="token")
+    assert batch["input_ids"].shape == (3, 4)
+    assert batch["loss_mask"].tolist() == [[0, 0, 0, 1]] * 3
+    assert batch["advantages"].tolist() == [0.5, 0.5, -1.0]
+    assert batch["old_logprobs"][0, 3].item() == -0.5
+    seq = build_batch([a, b], pad_id=0, normalization="sequence")
+    assert seq["loss_mask"][:, 3].tolist() == [0.5, 0.5, 1.0]  # each episode sums to 1
+    parts = split_batch(batch, 2)
+    assert [p["input_ids"].shape[0] for p in parts] == [2, 1] and torch.equal(torch.cat([p["advantages"] for p in parts]), batch["advantages"])

@@ -1,0 +1,176 @@
+"""TorchTitan policy: config checks, HF export parity, and single-rank trainer steps (CPU, seconds)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from rlsvc.models import hf_export
+from rlsvc.models.hf_export import (
+    from_hf_state_dict,
+    hf_config_dict,
+    load_hf_state_dict,
+    save_hf_checkpoint,
+    to_hf_state_dict,
+)
+from rlsvc.models.titan import ModelConfig, build_model, forward, parameter_count
+from rlsvc.models.tokenizer import VOCAB
+from rlsvc.trainer.titan_trainer import TitanReference, TitanTrainer
+
+pytestmark = pytest.mark.unit
+
+CFG = ModelConfig()
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    return build_model(CFG, seed=0)
+
+
+def token_batch(n: int = 6, t: int = 12, seed: int = 0) -> torch.Tensor:
+    return torch.randint(3, len(VOCAB), (n, t), generator=torch.Generator().manual_seed(seed))
+
+
+def test_model_builds_deterministically(model: torch.nn.Module) -> None:
+    assert type(model).__name__ == "Llama3Model"
+    assert 300_000 < parameter_count(model) < 500_000
+    logits = forward(model, token_batch())
+    assert logits.shape == (6, 12, CFG.vocab_size) and logits.dtype == torch.float32
+    same, other = build_model(CFG, seed=0).state_dict(), build_model(CFG, seed=1).state_dict()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, same[name]), name
+        if "norm" not in name:  # norms start at ones whatever the seed
+            assert not torch.equal(tensor, other[name]), name
+
+
+def test_head_dim_validator_names_the_field() -> None:
+    with pytest.raises(ValidationError, match="n_heads: head_dim = dim / n_heads = 16 must be >= 32"):
+        ModelConfig(dim=64, n_heads=4)
+    with pytest.raises(ValidationError, match="n_heads: dim"):
+        ModelConfig(dim=100, n_heads=3)
+    with pytest.raises(ValidationError, match="vocab_size"):
+        ModelConfig(vocab_size=10)
+    with pytest.raises(ValidationError, match="unknown"):
+        ModelConfig(unknown=1)
+
+
+def test_export_matches_hf_llama_logits(model: torch.nn.Module, tmp_path: Path) -> None:
+    from transformers import LlamaForCausalLM
+
+    path = save_hf_checkpoint(tmp_path / "ckpt", to_hf_state_dict(model.state_dict(), CFG), CFG)
+    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= {p.name for p in path.iterdir()}
+    hf = LlamaForCausalLM.from_pretrained(str(path), torch_dtype=torch.float32).eval()
+    ids = token_batch()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, forward(model, ids), atol=1e-4, rtol=1e-4)
+    assert hf.config.head_dim == CFG.head_dim and hf.config.tie_word_embeddings is False
+
+
+def test_round_trip_titan_hf_titan_is_identity(model: torch.nn.Module, tmp_path: Path) -> None:
+    titan_sd = model.state_dict()
+    save_hf_checkpoint(tmp_path / "ckpt", to_hf_state_dict(titan_sd, CFG), CFG)
+    back = from_hf_state_dict(load_hf_state_dict(tmp_path / "ckpt"), CFG)
+    assert back.keys() == titan_sd.keys()
+    for name, tensor in titan_sd.items():
+        assert torch.equal(back[name], tensor), name
+
+
+def test_tied_hf_checkpoint_is_untied_on_load(model: torch.nn.Module) -> None:
+    hf_sd = to_hf_state_dict(model.state_dict(), CFG)
+    del hf_sd["lm_head.weight"]
+    back = from_hf_state_dict(hf_sd, CFG)
+    assert torch.equal(back["lm_head.weight"], back["tok_embeddings.weight"])
+
+
+def test_crash_mid_save_leaves_no_folder(model: torch.nn.Module, tmp_path: Path, monkeypatch) -> None:
+    hf_sd = to_hf_state_dict(model.state_dict(), CFG)
+
+    def crash(directory) -> None:
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(hf_export, "save_tokenizer", crash)
+    with pytest.raises(OSError, match="simulated"):
+        save_hf_checkpoint(tmp_path / "ckpt", hf_sd, CFG)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_replaces_existing_checkpoint(model: torch.nn.Module, tmp_path: Path) -> None:
+    hf_sd = to_hf_state_dict(model.state_dict(), CFG)
+    save_hf_checkpoint(tmp_path / "ckpt", {k: torch.zeros_like(v) for k, v in hf_sd.items()}, CFG)
+    save_hf_checkpoint(tmp_path / "ckpt", hf_sd, CFG)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt"]
+    assert torch.equal(load_hf_state_dict(tmp_path / "ckpt")["lm_head.weight"], hf_sd["lm_head.weight"])
+
+
+def test_hf_config_dict_matches_model_config() -> None:
+    conf = hf_config_dict(CFG)
+    assert conf["architectures"] == ["LlamaForCausalLM"]
+    assert (conf["hidden_size"], conf["num_key_value_heads"], conf["head_dim"]) == (128, 2, 32)
+
+
+def grpo_batch(n: int = 8, t: int = 12) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    mask = torch.zeros(n, t)
+    mask[:, 9:] = 1.0
+    return {
+        "input_ids": token_batch(n, t, seed=1),
+        "loss_mask": mask,
+        "old_logprobs": -torch.rand(n, t, generator=g) * 3.0,
+        "ref_logprobs": -torch.rand(n, t, generator=g) * 3.0,
+        "advantages": torch.randn(n, generator=g),
+    }
+
+
+def test_train_step_updates_parameters_and_reports_finite_metrics() -> None:
+    trainer = TitanTrainer(CFG, lr=1e-3, device="cpu")
+    before = trainer.parameter_checksum()
+    batch = grpo_batch()
+    metrics = trainer.train_step(batch, kl_coef=0.1)
+    assert set(metrics) == {"loss", "grad_norm", "kl", "entropy", "clip_frac", "ratio_mean", "logprob_mismatch"}
+    assert all(math.isfinite(v) for v in metrics.values())
+    assert metrics["kl"] > 0.0 and metrics["grad_norm"] > 0.0
+    assert trainer.parameter_checksum() != before
+    # The mismatch is measured before the step, against the same behaviour logprobs.
+    fresh = TitanReference(CFG, device="cpu").logprobs(batch["input_ids"])
+    mask = batch["loss_mask"]
+    expected = ((fresh - batch["old_logprobs"]).abs() * mask).sum() / mask.sum()
+    assert metrics["logprob_mismatch"] == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_sft_steps_raise_the_masked_token_probability() -> None:
+    trainer = TitanTrainer(CFG, lr=3e-3, device="cpu")
+    ids = token_batch(4, 10, seed=2)
+    ids[:, -1] = VOCAB.index("STAND")
+    mask = torch.zeros_like(ids, dtype=torch.float32)
+    mask[:, -1] = 1.0
+    first = trainer.logprobs(ids)[:, -1].mean().item()
+    losses = [trainer.sft_step(ids, mask) for _ in range(5)]
+    assert trainer.logprobs(ids)[:, -1].mean().item() > first + 0.5
+    assert losses[-1] < losses[0]
+
+
+def test_reference_loaded_from_policy_matches_it() -> None:
+    trainer = TitanTrainer(CFG, lr=1e-3, seed=3, device="cpu")
+    trainer.sft_step(token_batch(), torch.ones(6, 12))
+    reference = TitanReference(CFG, hf_state_dict=trainer.hf_state_dict(), device="cpu")
+    ids = token_batch(seed=4)
+    allowed = [VOCAB.index("HIT"), VOCAB.index("STAND")]
+    torch.testing.assert_close(reference.logprobs(ids, allowed), trainer.logprobs(ids, allowed))
+    assert not any(p.requires_grad for p in reference.model.parameters())
+
+
+def test_train_step_with_allowed_tokens_stays_finite() -> None:
+    """Prompt tokens outside the allowed set have -inf logprobs; they must not leak NaNs."""
+    trainer = TitanTrainer(CFG, lr=1e-3, device="cpu")
+    allowed = [VOCAB.index("HIT"), VOCAB.index("STAND")]
+    batch = grpo_batch()
+    batch["input_ids"][:, 9:] = VOCAB.index("HIT")
+    batch["ref_logprobs"] = TitanReference(CFG, seed=5, device="cpu").logprobs(batch["input_ids"], allowed)
+    assert torch.isinf(batch["ref_logprobs"]).any()
+    metrics = trainer.train_step(batch, kl_coef=0.1, allowed_token_ids=allowed)
+    assert all(math.isfinite(v) for v in metrics.values()), metrics
+    assert all(torch.isfinite(v).all() for v in trainer.hf_state_dict().values())
