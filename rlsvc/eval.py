@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlsvc.envs.blackjack import BlackjackGame, seeded_cards
+from rlsvc.envs.blackjack import HandView, seeded_game
 
 ACTIONS = ("hit", "stand")
 
@@ -62,6 +62,23 @@ class Policy:
         return [ACTIONS[int(c)] for c in choice]
 
 
+class TablePolicy:
+    """A policy given as a table state -> action (e.g. a model's greedy choice in every state)."""
+
+    def __init__(self, table: dict[tuple, str]) -> None:
+        self.table = table
+
+    def act(self, observations: list[Any], greedy: bool = True, seed: int | None = None) -> list[str]:
+        return [self.table[(o.player_sum, o.dealer_card, bool(o.usable_ace))] for o in observations]
+
+
+def all_states() -> list[HandView]:
+    """Every state a BlackJack decision can be asked in: hard 4-21 and soft 12-21, dealer 1-10."""
+    hard = [HandView(s, d, False) for s in range(4, 22) for d in range(1, 11)]
+    soft = [HandView(s, d, True) for s in range(12, 22) for d in range(1, 11)]
+    return hard + soft
+
+
 def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
     """Load a checkpoint folder written by `rlsvc.train` (or any HF causal LM with the tokenizer)."""
     folder = Path(directory)
@@ -76,10 +93,10 @@ def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
     return Policy(model, AutoTokenizer.from_pretrained(str(folder)), device)
 
 
-def evaluate(policy: Policy, episodes: int, seed: int, greedy: bool = True) -> dict[str, float]:
+def evaluate(policy: Policy | TablePolicy, episodes: int, seed: int, greedy: bool = True) -> dict[str, float]:
     """Play `episodes` hands with the plain rules; deal i uses seed `seed`+i. Greedy decisions are
     a function of the state, so each distinct state is asked once."""
-    games = [BlackjackGame(seeded_cards(seed * 1_000_003 + i)) for i in range(episodes)]
+    games = [seeded_game(seed * 1_000_003 + i) for i in range(episodes)]
     table: dict[tuple, str] = {}
     rng = random.Random(seed)
     live = games

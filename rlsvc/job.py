@@ -30,10 +30,10 @@ CHECKPOINT_META = "rlsvc.json"
 def prepare_model(cfg: Config, workdir: Path) -> tuple[Any, dict[str, Any]]:
     """The tokenizer and where rollout workers get the initial checkpoint from."""
     from rlsvc.models.hf_export import save_hf_checkpoint, to_hf_state_dict
-    from rlsvc.models.titan import ModelConfig, build_model
+    from rlsvc.models.titan import build_model
     from rlsvc.models.tokenizer import load_tokenizer
 
-    model_cfg = ModelConfig(**cfg.model.titan.model_dump())
+    model_cfg = cfg.model.titan
     folder = workdir / "init_hf"
     save_hf_checkpoint(folder, to_hf_state_dict(build_model(model_cfg, seed=cfg.run.seed).state_dict(), model_cfg), model_cfg)
     files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
@@ -48,14 +48,19 @@ def setup_trainers(cfg: Config, svc: Services) -> dict[str, Any]:
     return {"model_cfg": model_cfg, "kwargs": kwargs}
 
 
-def save_final(cfg: Config, svc: Services, codec: BlackjackCodec, folder: Path) -> Path:
+def save_final(cfg: Config, state: dict, version: int, codec: BlackjackCodec, folder: Path) -> Path:
     from rlsvc.models.hf_export import save_hf_checkpoint
-    from rlsvc.models.titan import ModelConfig
 
-    state = svc.train_call("hf_state_dict")[0]
-    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": "blackjack/v1", "policy_version": None}
-    save_hf_checkpoint(folder, state, ModelConfig(**cfg.model.titan.model_dump()), extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
+    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": "blackjack/v1", "policy_version": version}
+    save_hf_checkpoint(folder, state, cfg.model.titan, extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
     return folder
+
+
+def validate(cfg: Config, loop: GRPOLoop) -> float:
+    """Greedy return of the trainer's current policy on the validation deals."""
+    from rlsvc.eval import TablePolicy, evaluate
+
+    return evaluate(TablePolicy(loop.greedy_table()), cfg.eval.val_episodes, cfg.eval.val_seed)["mean_return"]
 
 
 def write_transcripts(path: Path, step: int, episodes: list, n: int) -> None:
@@ -103,9 +108,10 @@ def run(cfg: Config, started: float) -> int:
 
         transcripts = run_dir / "transcripts.jsonl"
         last: dict[str, float] = {}
+        best: tuple[float, int, dict] | None = None
         with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
-                      TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
-            task = bar.add_task("train", total=cfg.run.steps, ret=float("nan"))
+                      TextColumn("greedy {task.fields[val]:+.3f}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
+            task = bar.add_task("train", total=cfg.run.steps, ret=float("nan"), val=float("nan"))
             for step in range(cfg.run.steps):
                 if cfg.run.time_budget_minutes and time.time() - started > cfg.run.time_budget_minutes * 60:
                     console.print(f"time budget of {cfg.run.time_budget_minutes} min reached after {step} steps")
@@ -115,9 +121,24 @@ def run(cfg: Config, started: float) -> int:
                 tracker.log_metrics(last, step=step + 1)
                 if step in (0, cfg.run.steps - 1) or step % 25 == 0:
                     write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)
-                bar.update(task, advance=1, ret=last["return_mean"])
+                if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
+                    val = validate(cfg, loop)
+                    tracker.log_metrics({"eval/val_return": val}, step=step + 1)
+                    if best is None or val > best[0]:
+                        best = (val, loop.version, svc.train_call("hf_state_dict")[0])
+                bar.update(task, advance=1, ret=last["return_mean"], val=best[0] if best else float("nan"))
 
-        checkpoint = save_final(cfg, svc, codec, run_dir / "checkpoint")
+        final = svc.train_call("hf_state_dict")[0]
+        if cfg.eval.keep_best and best is not None:
+            if cfg.eval.every_steps and loop.version % cfg.eval.every_steps:  # the last weights compete too
+                val = validate(cfg, loop)
+                if val > best[0]:
+                    best = (val, loop.version, final)
+            console.print(f"keeping policy version {best[1]} (validation return {best[0]:+.4f})")
+            saved_version, final = best[1], best[2]
+        else:
+            saved_version = loop.version
+        checkpoint = save_final(cfg, final, saved_version, codec, run_dir / "checkpoint")
         result: dict[str, float] = {}
         if cfg.eval.episodes:
             from rlsvc.eval import evaluate, load_policy
@@ -130,8 +151,12 @@ def run(cfg: Config, started: float) -> int:
         for path in (checkpoint, transcripts):
             if path.exists():
                 tracker.log_artifact(path, path.name if path.is_dir() else None)
+        (run_dir / "result.json").write_text(json.dumps({
+            "checkpoint": str(checkpoint), "mlflow_run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
+            "steps": loop.version, "saved_version": saved_version, "best_val_return": best[0] if best else None, "total_s": total_s, "startup_s": startup_s, "eval": result, "last_step": last,
+        }, indent=2))
         status = "FINISHED"
-        summary(console, cfg, loop.version, last, result, checkpoint, tracker, total_s)
+        summary(console, cfg, loop.version, saved_version, last, result, checkpoint, tracker, total_s)
         return 0
     finally:
         if tracker is not None:
@@ -141,12 +166,13 @@ def run(cfg: Config, started: float) -> int:
         conn.shutdown()
 
 
-def summary(console: Console, cfg: Config, version: int, last: dict, result: dict, checkpoint: Path, tracker: MlflowTracker, total_s: float) -> None:
+def summary(console: Console, cfg: Config, version: int, saved: int, last: dict, result: dict, checkpoint: Path, tracker: MlflowTracker, total_s: float) -> None:
     table = Table(title="rlsvc run summary", show_header=False)
     rows = [
         ("steps (policy version)", str(version)),
         ("episodes trained on", str(version * cfg.grpo.groups_per_step * cfg.grpo.group_size)),
         ("last train return", f"{last.get('return_mean', float('nan')):+.4f}"),
+        ("saved policy version", str(saved)),
         *[(f"eval {k}", f"{v:+.4f}" if isinstance(v, float) else str(v)) for k, v in result.items()],
         ("wall time", f"{total_s:.0f} s"),
         ("checkpoint", str(checkpoint)),

@@ -80,6 +80,18 @@ class GRPOLoop:
             loss = float(losses[0])
         return loss
 
+    def greedy_table(self) -> dict[tuple, str]:
+        """The trainer's greedy action in every BlackJack state (HIT vs STAND logprob)."""
+        from rlsvc.eval import all_states
+
+        states = all_states()
+        hit, stand = self.codec.allowed_token_ids
+        prompts = [self.codec.encode(v) for v in states]
+        ids = torch.tensor([p + [hit] for p in prompts] + [p + [stand] for p in prompts])
+        last = self.svc.train_call("logprobs", input_ids=ids)[0][:, -1]
+        n = len(states)
+        return {tuple(v): "hit" if last[i] > last[n + i] else "stand" for i, v in enumerate(states)}
+
     def sync_weights(self) -> dict[str, float]:
         """Trainer -> every rollout worker through the object store; all hold `version` after."""
         t0 = time.perf_counter()
@@ -98,7 +110,8 @@ class GRPOLoop:
         episodes = self.runner.collect(groups, G, self.version, sample_seed=cfg.run.seed * 7919 + step)
         t_rollout = time.perf_counter()
 
-        episodes = ray.get(svc.reward.score.remote(episodes))
+        for ep, reward in zip(episodes, ray.get(svc.reward.score.remote(episodes))):
+            ep.reward = reward
         assign_advantages(episodes, G, cfg.grpo.normalize_std)
         ray.get(svc.buffer.add.remote(episodes))
         batch_eps = ray.get(svc.buffer.sample.remote(B * G, self.version))

@@ -12,12 +12,11 @@ from typing import Any
 import ray
 
 
-def _use_all_cores() -> None:
-    # Ray sets OMP_NUM_THREADS to the actor's CPU reservation; in synchronous mode the phases do
-    # not overlap, so the busy actor may use every core of its node.
+def _use_reserved_cores() -> None:
+    # OMP_NUM_THREADS is set from the actor's CPU reservation (cluster/placement.py).
     import torch
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
 
 def materialise(source: dict[str, Any]) -> str:
@@ -61,7 +60,7 @@ class TrainerWorker:
     blocks in `init_process_group`."""
 
     def __init__(self, rank: int, world_size: int) -> None:
-        _use_all_cores()
+        _use_reserved_cores()
         self.rank, self.world_size = rank, world_size
         self.trainer = None
 
@@ -125,8 +124,9 @@ class RewardWorker:
 
         self.rubric = blackjack_rubric(invalid_action_penalty)
 
-    def score(self, episodes: list) -> list:
-        return self.rubric.score_all(episodes)
+    def score(self, episodes: list) -> list[float]:
+        """Rewards only: the episodes stay with the caller, so they cross the wire once."""
+        return [ep.reward for ep in self.rubric.score_all(episodes)]
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Literal
 
+from rlsvc.cluster.ray_setup import WORKER_ENV
 from rlsvc.config import Config
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,10 @@ class Placement:
     resource: str | None
 
     def options(self) -> dict:
-        opts: dict = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus}
+        # torch/vLLM size their thread pools from OMP_NUM_THREADS: match the CPUs reserved.
+        # Per-actor env vars merge with the job's runtime env (a `ray job submit` working_dir stays).
+        env = {**WORKER_ENV, "OMP_NUM_THREADS": str(max(1, int(self.num_cpus)))}
+        opts: dict = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "runtime_env": {"env_vars": env}}
         if self.resource:
             opts["resources"] = {self.resource: LABEL_SLICE}
         return opts

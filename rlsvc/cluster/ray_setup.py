@@ -15,10 +15,9 @@ from urllib.parse import urlparse
 
 from rlsvc.config import ClusterConfig
 
-# Workers inherit these through the runtime env, so driver and actors agree.
+# Every rlsvc actor gets these (through its options), so driver and actors agree.
 WORKER_ENV = {
     "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
-    "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
 
@@ -63,17 +62,17 @@ def connect(cfg: ClusterConfig, log_to_driver: bool = True) -> Connection:
     import ray
 
     address = cfg.resolved_address()
-    runtime_env = {"env_vars": {k: os.environ[k] for k in [*WORKER_ENV, "RAY_AUTH_MODE"]}}
     if address:
         check_reachable(address)
-        ctx = ray.init(address=address, runtime_env=runtime_env, log_to_driver=log_to_driver)
+        # No runtime_env here: it would replace the one `ray job submit` gave this driver (its
+        # working_dir). Actors get their env vars through their own options (placement.py).
+        ctx = ray.init(address=address, log_to_driver=log_to_driver)
         started = False
     else:
         cpus = cfg.local_num_cpus or max(8, os.cpu_count() or 1)
         ctx = ray.init(
             num_cpus=cpus,
             resources={cfg.gpu_node_resource: 1.0, cfg.cpu_node_resource: 1.0},
-            runtime_env=runtime_env,
             include_dashboard=True,
             log_to_driver=log_to_driver,
         )

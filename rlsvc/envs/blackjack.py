@@ -36,6 +36,21 @@ def seeded_cards(seed: int | None) -> CardSource:
     return lambda: rng.choice(DECK)
 
 
+DEALER_STREAM = 0x9E3779B9  # offsets the dealer's generator from the player's
+
+
+def seeded_game(seed: int | None) -> BlackjackGame:
+    """A seeded deal with two card streams, one for the player and one for the dealer.
+
+    Every card is still an independent draw from the infinite deck, so the game is Gymnasium's;
+    but the dealer's hand no longer depends on how many cards the player took. Episodes of a
+    GRPO group (same seed) that hit and that stand then face the same dealer hand, and their
+    returns differ only through the decisions: common random numbers for the advantages.
+    """
+    dealer_seed = None if seed is None else seed + DEALER_STREAM
+    return BlackjackGame(seeded_cards(seed), seeded_cards(dealer_seed))
+
+
 def scripted_cards(cards: Iterable[int]) -> CardSource:
     """Card source that deals `cards` in order (for hand-built test hands)."""
     it: Iterator[int] = iter(cards)
@@ -88,9 +103,13 @@ class HandLike(Protocol):
 
 @dataclass
 class BlackjackGame:
-    """One episode; `draw` supplies every card, the dealer's two first, then the player's two."""
+    """One episode; `draw` supplies every card, the dealer's two first, then the player's two.
+
+    With `dealer_draw`, the dealer's cards come from that source instead (see `seeded_game`).
+    """
 
     draw: CardSource
+    dealer_draw: CardSource | None = None
     dealer: list[int] = field(default_factory=list)
     player: list[int] = field(default_factory=list)
     done: bool = False
@@ -98,8 +117,11 @@ class BlackjackGame:
 
     def __post_init__(self) -> None:
         if not self.dealer and not self.player:
-            self.dealer = [self.draw(), self.draw()]
+            self.dealer = [self._dealer_card(), self._dealer_card()]
             self.player = [self.draw(), self.draw()]
+
+    def _dealer_card(self) -> int:
+        return (self.dealer_draw or self.draw)()
 
     def view(self) -> HandView:
         """The player's observation."""
@@ -126,7 +148,7 @@ class BlackjackGame:
 
     def _finish(self) -> None:
         while sum_hand(self.dealer) < DEALER_STANDS_AT:
-            self.dealer.append(self.draw())
+            self.dealer.append(self._dealer_card())
         player, dealer = _score(self.player), _score(self.dealer)
         reward = float(player > dealer) - float(player < dealer)
         # Sutton & Barto: a natural beats any dealer hand that is not itself a natural.
@@ -151,7 +173,7 @@ def uniform_random_policy(seed: int | None = None) -> Policy:
 
 def play_episode(policy: Policy, seed: int | None, cards: CardSource | None = None) -> float:
     """Play one episode with the plain rules and return its total reward."""
-    game = BlackjackGame(cards if cards is not None else seeded_cards(seed))
+    game = BlackjackGame(cards) if cards is not None else seeded_game(seed)
     while not game.done:
         game.step(policy(game.view()))
     return game.reward
@@ -236,7 +258,7 @@ def _build_openenv_classes() -> dict[str, type]:
             self._state = BlackjackState()
 
         def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> BlackjackObservation:
-            self._game = BlackjackGame(seeded_cards(seed))
+            self._game = seeded_game(seed)
             self._state = BlackjackState(episode_id=episode_id, seed=seed)
             # Gymnasium gives no reward at reset.
             return self._observe(reward=None)

@@ -85,9 +85,11 @@ def _generation_config() -> dict:
     return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID}
 
 
-def _write_checkpoint(directory: Path, hf_sd: dict[str, torch.Tensor], cfg: ModelConfig) -> None:
+def _write_checkpoint(directory: Path, hf_sd: dict[str, torch.Tensor], cfg: ModelConfig, extra_files: dict[str, str]) -> None:
     from safetensors.torch import save_file
 
+    for name, text in extra_files.items():
+        (directory / name).write_text(text)
     (directory / "config.json").write_text(json.dumps(hf_config_dict(cfg), indent=2))
     (directory / "generation_config.json").write_text(json.dumps(_generation_config(), indent=2))
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in hf_sd.items()}
@@ -95,18 +97,20 @@ def _write_checkpoint(directory: Path, hf_sd: dict[str, torch.Tensor], cfg: Mode
     save_tokenizer(directory)
 
 
-def save_hf_checkpoint(directory: str | Path, hf_state_dict: dict[str, torch.Tensor], cfg: ModelConfig) -> Path:
+def save_hf_checkpoint(
+    directory: str | Path, hf_state_dict: dict[str, torch.Tensor], cfg: ModelConfig, extra_files: dict[str, str] | None = None
+) -> Path:
     """Write a loadable HF folder (config, weights, generation config, tokenizer) atomically.
 
     Everything goes into a temporary sibling first and is renamed into place at the end, so a
     reader (vLLM, a crash-restart) sees either no folder or a complete one. An existing folder at
-    `directory` is replaced.
+    `directory` is replaced. `extra_files` (name -> text) are written inside the same transaction.
     """
     final = Path(directory)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
-        _write_checkpoint(tmp, hf_state_dict, cfg)
+        _write_checkpoint(tmp, hf_state_dict, cfg, extra_files or {})
         if final.exists():
             # rename() cannot replace a non-empty folder: move the old one aside, then drop it.
             old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))

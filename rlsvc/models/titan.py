@@ -14,11 +14,9 @@ The model is assembled from TorchTitan 0.3.0's config dataclasses (the same buil
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-
-from rlsvc.models.tokenizer import VOCAB
+from rlsvc.config import TitanModelConfig
 
 if TYPE_CHECKING:
     import torch
@@ -27,56 +25,8 @@ if TYPE_CHECKING:
 # torch and torchtitan are imported inside the functions: configs import `ModelConfig`, and
 # parsing a config (or `--help`) must not pay for torch.
 
-# vLLM's CPU attention kernels reject smaller heads (measured, see DESIGN.md).
-MIN_HEAD_DIM = 32
-
-
-class ModelConfig(BaseModel):
-    """Shape of the Llama3-style policy. Defaults give a ~0.4M-parameter model for CPU runs."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    arch: Literal["llama3"] = "llama3"
-    """Model family; only TorchTitan's Llama3 decoder is wired up."""
-    dim: int = Field(128, gt=0)
-    """Hidden size (HF `hidden_size`)."""
-    n_layers: int = Field(2, gt=0)
-    """Number of transformer blocks."""
-    n_heads: int = Field(4, gt=0)
-    """Query heads; `dim / n_heads` is the head size, which must be >= 32 for vLLM on CPU."""
-    n_kv_heads: int = Field(2, gt=0)
-    """Key/value heads (grouped-query attention); must divide `n_heads`."""
-    vocab_size: int = Field(64, gt=0)
-    """Embedding rows; >= the tokenizer's vocabulary, padded up so matmuls stay aligned."""
-    ffn_hidden_dim: int = Field(384, gt=0)
-    """SwiGLU hidden size (HF `intermediate_size`); 384 = Llama's 8/3*dim rounded up to 64."""
-    max_seq_len: int = Field(32, gt=0)
-    """Longest sequence (prompt + response) the RoPE cache covers."""
-    rope_theta: float = Field(10000.0, gt=0)
-    """RoPE base frequency."""
-    norm_eps: float = Field(1e-5, gt=0)
-    """RMSNorm epsilon."""
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
-
-    @model_validator(mode="after")
-    def _check_shapes(self) -> ModelConfig:
-        if self.dim % self.n_heads != 0:
-            raise ValueError(f"n_heads: dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
-        if self.head_dim < MIN_HEAD_DIM:
-            raise ValueError(
-                f"n_heads: head_dim = dim / n_heads = {self.head_dim} must be >= {MIN_HEAD_DIM} "
-                "(vLLM CPU attention kernels); lower n_heads or raise dim"
-            )
-        if self.head_dim % 2 != 0:
-            raise ValueError(f"n_heads: head_dim ({self.head_dim}) must be even for RoPE")
-        if self.n_heads % self.n_kv_heads != 0:
-            raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
-        if self.vocab_size < len(VOCAB):
-            raise ValueError(f"vocab_size ({self.vocab_size}) must be >= the tokenizer's {len(VOCAB)} tokens")
-        return self
+# The shape config lives in rlsvc.config (torch-free, validated with the rest of the run config).
+ModelConfig = TitanModelConfig
 
 
 def pick_device(device: str = "auto") -> torch.device:
@@ -89,7 +39,8 @@ def pick_device(device: str = "auto") -> torch.device:
 
 
 def _inits(cfg: ModelConfig) -> dict[str, dict]:
-    """TorchTitan's Llama3 init recipe (torchtitan/models/llama3/__init__.py), per parameter role."""
+    """TorchTitan's Llama3 init recipe (torchtitan/models/llama3/__init__.py), per parameter role,
+    with the embedding std taken from the config (see `init_embedding_std`)."""
     from torch import nn
     from torchtitan.models.common.param_init import depth_scaled_std
 
@@ -97,7 +48,7 @@ def _inits(cfg: ModelConfig) -> dict[str, dict]:
     return {
         "linear": {"weight": partial(nn.init.trunc_normal_, std=0.02)},
         "norm": {"weight": nn.init.ones_},
-        "embedding": {"weight": partial(nn.init.normal_, std=1.0)},
+        "embedding": {"weight": partial(nn.init.normal_, std=cfg.init_embedding_std)},
         "output": {"weight": partial(nn.init.trunc_normal_, std=s, a=-3 * s, b=3 * s)},
         **{f"depth{i}": {"weight": partial(nn.init.trunc_normal_, std=depth_scaled_std(0.02, i))} for i in range(cfg.n_layers)},
     }
@@ -137,6 +88,8 @@ def titan_config(cfg: ModelConfig):
     from torchtitan.models.common import Embedding, Linear, RMSNorm
     from torchtitan.models.llama3 import Llama3Model
 
+    if cfg.arch != "llama3":
+        raise NotImplementedError(f"model.titan.arch={cfg.arch}: only llama3 is built in TorchTitan here (qwen2 checkpoints need the GPU path)")
     inits = _inits(cfg)
     return Llama3Model.Config(
         dim=cfg.dim,

@@ -106,6 +106,7 @@ class VLLMEngine:
         kv_cache_gb: int = 1,
         enforce_eager: bool = True,
         dtype: str = "float32",
+        max_num_seqs: int = 1024,
     ) -> None:
         _configure_vllm_env(kv_cache_gb)
         from vllm import LLM
@@ -126,6 +127,9 @@ class VLLMEngine:
             # "uni" keeps the single worker in this process (with multiprocessing off above).
             distributed_executor_backend="uni",
             logprobs_mode=LOGPROBS_MODE,
+            # one scheduler step for a whole rollout batch (vLLM's default is 256 sequences)
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max(max_num_seqs * max_model_len, 4096),
         )
 
     @property
@@ -143,6 +147,7 @@ class VLLMEngine:
         max_tokens: int = 1,
         allowed_token_ids: list[int] | None = None,
         seed: int | None = None,
+        seeds: list[int] | None = None,
     ) -> list[dict]:
         """Sample a continuation for every prompt in one batched call.
 
@@ -150,8 +155,10 @@ class VLLMEngine:
         log-probability of `token_ids[i]` under the distribution it was sampled from
         (mask to `allowed_token_ids`, then `/ temperature`, then top-p). With `seed`, prompt
         `i` uses seed `seed + i`: one shared seed would give every prompt of a GRPO group the
-        same noise and hence the same sample.
+        same noise and hence the same sample. `seeds` gives each prompt its own seed instead.
         """
+        if seeds is not None and len(seeds) != len(prompt_token_ids):
+            raise ValueError(f"{len(seeds)} seeds for {len(prompt_token_ids)} prompts")
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -162,7 +169,7 @@ class VLLMEngine:
                 top_p=top_p,
                 max_tokens=max_tokens,
                 allowed_token_ids=allowed_token_ids,
-                seed=None if seed is None else seed + i,
+                seed=seeds[i] if seeds is not None else None if seed is None else seed + i,
                 logprobs=0,  # 0 = only the sampled token's logprob
             )
             for i in range(len(prompts))

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from rlsvc.envs.blackjack import BlackjackGame, HandView, seeded_cards, stick_at
+from rlsvc.envs.blackjack import HandView, seeded_game, stick_at
 
 pytestmark = pytest.mark.integration
 
@@ -48,7 +48,7 @@ def _play_through_pool(pool, seeds: list[int], policies: list) -> list[tuple[lis
 
 
 def _play_plain(seed: int, policy) -> tuple[list, float]:
-    game = BlackjackGame(seeded_cards(seed))
+    game = seeded_game(seed)
     trace = [game.view()]
     while not game.done:
         game.step(policy(game.view()))

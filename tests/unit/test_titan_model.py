@@ -48,9 +48,9 @@ def test_model_builds_deterministically(model: torch.nn.Module) -> None:
 
 
 def test_head_dim_validator_names_the_field() -> None:
-    with pytest.raises(ValidationError, match="n_heads: head_dim = dim / n_heads = 16 must be >= 32"):
+    with pytest.raises(ValidationError, match="head dim dim/n_heads = 16 must be >= 32"):
         ModelConfig(dim=64, n_heads=4)
-    with pytest.raises(ValidationError, match="n_heads: dim"):
+    with pytest.raises(ValidationError, match="must be divisible by n_heads"):
         ModelConfig(dim=100, n_heads=3)
     with pytest.raises(ValidationError, match="vocab_size"):
         ModelConfig(vocab_size=10)

@@ -1,0 +1,41 @@
+import subprocess
+import sys
+
+import pytest
+
+from rlsvc.envs.blackjack import BlackjackObservation
+from rlsvc.eval import CheckpointError, TablePolicy, all_states, evaluate, load_policy
+
+
+def test_missing_checkpoint_is_one_line_exit_2(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "rlsvc.eval", "--checkpoint", str(tmp_path / "nope")], capture_output=True, text=True)
+    assert out.returncode == 2 and "checkpoint folder not found" in out.stderr and out.stderr.strip().count("\n") == 0
+    with pytest.raises(CheckpointError, match="no config.json"):
+        load_policy(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from rlsvc.config import TitanModelConfig
+    from rlsvc.models.hf_export import save_hf_checkpoint, to_hf_state_dict
+    from rlsvc.models.titan import build_model
+
+    cfg = TitanModelConfig()
+    folder = tmp_path_factory.mktemp("ckpt") / "checkpoint"
+    save_hf_checkpoint(folder, to_hf_state_dict(build_model(cfg, seed=3).state_dict(), cfg), cfg)
+    return folder
+
+
+def test_load_policy_act_contract(checkpoint):
+    policy = load_policy(checkpoint)
+    obs = [BlackjackObservation(player_sum=15, dealer_card=10, usable_ace=False), BlackjackObservation(player_sum=20, dealer_card=1, usable_ace=True)]
+    acts = policy.act(obs)
+    assert len(acts) == 2 and set(acts) <= {"hit", "stand"}
+    assert policy.act(obs) == acts  # greedy is deterministic
+
+
+def test_evaluate_reproduces_stick_at_17():
+    table = {tuple(v): "hit" if v.player_sum < 17 else "stand" for v in all_states()}
+    res = evaluate(TablePolicy(table), 40000, seed=7)
+    assert res["mean_return"] == pytest.approx(-0.0759, abs=3 * 0.95 / 40000**0.5)
+    assert res["win_rate"] + res["push_rate"] + res["loss_rate"] == pytest.approx(1.0)
