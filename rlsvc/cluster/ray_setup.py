@@ -19,6 +19,8 @@ from rlsvc.config import ClusterConfig
 WORKER_ENV = {
     "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
     "TOKENIZERS_PARALLELISM": "false",
+    # vLLM logs every in-place weight reload at INFO/WARNING; set VLLM_LOGGING_LEVEL to see them.
+    "VLLM_LOGGING_LEVEL": os.environ.get("VLLM_LOGGING_LEVEL", "ERROR"),
 }
 
 
