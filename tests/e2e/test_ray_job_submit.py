@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,11 +30,12 @@ def _free_port() -> int:
 @pytest.fixture
 def head(tmp_path: Path):
     gcs, dash = _free_port(), _free_port()
+    short_tmp = tempfile.mkdtemp(prefix="rj-", dir="/tmp")  # Ray's unix sockets need a short path
     # the job's `python` is looked up on the PATH that `ray start` had: put this venv first
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     cmd = [str(BIN / "ray"), "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1",
            "--node-ip-address=127.0.0.1", "--num-cpus=8", '--resources={"rlsvc_gpu_node": 1, "rlsvc_cpu_node": 1}',
-           f"--temp-dir={tmp_path / 'ray'}", "--include-dashboard=true"]
+           f"--temp-dir={short_tmp}", "--include-dashboard=true"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{dash}"
     deadline = time.time() + 120
@@ -51,6 +54,7 @@ def head(tmp_path: Path):
         proc.wait(timeout=60)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
+    shutil.rmtree(short_tmp, ignore_errors=True)
 
 
 def test_ray_job_submit_runs_the_training_job(head, tmp_path: Path):

@@ -81,8 +81,13 @@ def test_engine_outputs_follow_the_trainer(job):
 
 
 def test_actors_sit_on_their_node_groups(job):
+    """Each actor runs on a node that advertises its group's resource."""
     cfg, svc, loop, setup, ray = job
-    from ray.util.state import list_actors
-
-    alive = {a.class_name for a in list_actors(filters=[("state", "=", "ALIVE")])}
-    assert {"RolloutWorker", "TrainerWorker", "EnvWorker", "RewardWorker", "BufferWorker"} <= alive
+    resources = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
+    groups = {
+        cfg.cluster.gpu_node_resource: [*svc.rollout, *svc.trainers, svc.reference],
+        cfg.cluster.cpu_node_resource: [*svc.envs, svc.reward, svc.buffer],
+    }
+    for label, actors in groups.items():
+        for node in ray.get([a.node_id.remote() for a in actors]):
+            assert label in resources[node]
