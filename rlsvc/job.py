@@ -127,6 +127,9 @@ def run(cfg: Config, started: float) -> int:
                     if best is None or val > best[0]:
                         best = (val, loop.version, svc.train_call("hf_state_dict")[0])
                 bar.update(task, advance=1, ret=last["return_mean"], val=best[0] if best else float("nan"))
+                if not console.is_terminal and (step + 1) % 10 == 0:  # job logs get plain lines, not a bar
+                    console.print(f"step {step + 1}/{cfg.run.steps} return {last['return_mean']:+.3f} "
+                                  f"best greedy {best[0] if best else float('nan'):+.3f} elapsed {time.time() - started:.0f}s")
 
         final = svc.train_call("hf_state_dict")[0]
         if cfg.eval.keep_best and best is not None:

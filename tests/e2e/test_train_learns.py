@@ -22,7 +22,7 @@ def test_default_job_learns_blackjack(tmp_path: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     cmd = [sys.executable, "-m", "rlsvc.train", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}",
-           "run.time_budget_minutes=9", "eval.episodes=20000"]
+           "run.time_budget_minutes=7", "eval.episodes=20000"]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())

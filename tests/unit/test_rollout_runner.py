@@ -1,0 +1,76 @@
+"""The multi-turn rollout loop's bookkeeping, with the plain BlackJack rules as the fleet and a
+scripted answer function as the generator (the real ones are covered by integration tests)."""
+
+from __future__ import annotations
+
+from rlsvc.envs.blackjack import BlackjackObservation, seeded_game
+from rlsvc.models.tokenizer import build_tokenizer
+from rlsvc.policy_io import BlackjackCodec
+from rlsvc.rollout.runner import PromptCodec, RolloutRunner
+
+
+class RulesFleet:
+    def __init__(self, num_slots: int) -> None:
+        self.num_slots = num_slots
+        self.games = {}
+
+    def _obs(self, g):
+        v = g.view()
+        return BlackjackObservation(player_sum=v.player_sum, dealer_card=v.dealer_card, usable_ace=v.usable_ace, done=g.done, reward=g.reward, outcome=g.outcome)
+
+    def reset(self, slots, seeds):
+        for s, seed in zip(slots, seeds):
+            self.games[s] = seeded_game(seed)
+        return [self._obs(self.games[s]) for s in slots]
+
+    def step(self, slots, actions):
+        for s, a in zip(slots, actions):
+            self.games[s].step(a)
+        return [self._obs(self.games[s]) for s in slots]
+
+
+class Scripted:
+    """Answers by reading the sum back from the prompt ids: HIT below 17, garbage at exactly 13."""
+
+    def __init__(self, codec: BlackjackCodec) -> None:
+        self.codec = codec
+        self.tok = codec.tokenizer
+
+    def generate(self, prompts, seeds):
+        out = []
+        for p in prompts:
+            total = int(self.tok.convert_ids_to_tokens(p[2]))
+            text = "7" if total == 13 else "HIT" if total < 17 else "STAND"
+            out.append({"token_ids": [self.tok.convert_tokens_to_ids(text)], "logprobs": [-0.5], "text": text})
+        return out
+
+
+def test_runner_plays_groups_to_the_end():
+    codec = BlackjackCodec(build_tokenizer())
+    runner = RolloutRunner(Scripted(codec), RulesFleet(num_slots=10), PromptCodec(codec.encode, codec.parse), max_turns=12)
+    groups = [(g, 1000 + g) for g in range(8)]
+    eps = runner.collect(groups, group_size=3, version=5, sample_seed=0)
+    assert len(eps) == 24 and all(e.policy_version == 5 for e in eps)  # 24 episodes over waves of 10 slots
+    for e in eps:
+        assert e.outcome in {"win", "push", "loss", "invalid"}
+        assert len(e.prompts) == len(e.responses) == len(e.logprobs) == len(e.observations)
+        if e.outcome == "invalid":
+            assert e.invalid and e.observations[-1]["player_sum"] == 13 and e.texts[-1] == "7"
+        else:
+            assert e.env_return in (-1.0, 0.0, 1.0)
+    for g in range(8):  # deterministic answers + a shared deal: a group's episodes are identical
+        group = [e for e in eps if e.group_id == g]
+        assert len({(e.env_return, e.outcome, len(e.prompts)) for e in group}) == 1
+
+
+def test_runner_truncates_at_max_turns():
+    codec = BlackjackCodec(build_tokenizer())
+
+    class AlwaysStandLater(Scripted):
+        def generate(self, prompts, seeds):
+            return [{"token_ids": [0], "logprobs": [0.0], "text": "HIT"} for _ in prompts]
+
+    runner = RolloutRunner(AlwaysStandLater(codec), RulesFleet(4), PromptCodec(codec.encode, codec.parse), max_turns=1)
+    eps = runner.collect([(0, 4), (1, 5)], group_size=2, version=0, sample_seed=0)
+    assert {e.outcome for e in eps} <= {"truncated", "loss"}
+    assert all(len(e.prompts) == 1 for e in eps)
