@@ -18,6 +18,7 @@ from rlsvc.policy_io import BlackjackCodec
 from rlsvc.rollout.runner import RolloutRunner
 from rlsvc.services import Services
 from rlsvc.trainer.batch import build_batch, split_batch
+from rlsvc.weight_sync.base import build_weight_sync
 
 
 def deal_seed(run_seed: int, step: int, group: int) -> int:
@@ -62,6 +63,7 @@ class GRPOLoop:
     def __post_init__(self) -> None:
         self.runner = RolloutRunner(self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns)
         self.allowed = self.codec.allowed_token_ids if self.cfg.rollout.constrained_actions else None
+        self.sync = build_weight_sync(self.cfg.weight_sync.type, self.svc.trainers, self.svc.rollout)
 
     def warm_start(self, steps: int, batch_size: int = 256) -> float:
         """Teach the answer format only: random observations, random HIT/STAND answers."""
@@ -93,14 +95,8 @@ class GRPOLoop:
         return {tuple(v): "hit" if last[i] > last[n + i] else "stand" for i, v in enumerate(states)}
 
     def sync_weights(self) -> dict[str, float]:
-        """Trainer -> every rollout worker through the object store; all hold `version` after."""
-        t0 = time.perf_counter()
-        refs = [t.call.remote("hf_state_dict") for t in self.svc.trainers]
-        state = refs[0]  # rank 0 holds the gathered weights; passed by reference, not copied here
-        loads = ray.get([w.update_weights.remote(state, self.version) for w in self.svc.rollout])
-        ray.get(refs[1:])
-        load_s = max(x.get("load_s", 0.0) for x in loads)
-        return {"sync_s": time.perf_counter() - t0, "sync_load_s": load_s}
+        """Trainer -> every rollout worker; all hold `self.version` when this returns."""
+        return self.sync.push(self.version)
 
     def step(self, step: int) -> tuple[dict[str, float], list[Episode]]:
         cfg, svc = self.cfg, self.svc

@@ -48,8 +48,9 @@ class Services:
             ray.kill(actor)
 
 
-def _actor(cls: type, place: Placement, name: str) -> Any:
-    return ray.remote(cls).options(name=None, **place.options()).remote  # type: ignore[no-any-return]
+def _actor(cls: type, place: Placement) -> Any:
+    """The constructor of `cls` as a Ray actor with its role's placement options."""
+    return ray.remote(cls).options(**place.options()).remote  # type: ignore[no-any-return]
 
 
 def start_services(cfg: Config, placement: dict[Role, Placement], model_source: dict[str, Any], sampling: dict[str, Any]) -> Services:
@@ -62,13 +63,13 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         "kv_cache_gb": cfg.rollout.kv_cache_gb,
         "enforce_eager": cfg.rollout.enforce_eager,
     }
-    rollout = [_actor(RolloutWorker, placement["rollout"], "rollout")(model_source, engine_kwargs, sampling) for _ in range(cfg.rollout.num_workers)]
+    rollout = [_actor(RolloutWorker, placement["rollout"])(model_source, engine_kwargs, sampling) for _ in range(cfg.rollout.num_workers)]
     n = cfg.trainer.num_ranks
-    trainers = [_actor(TrainerWorker, placement["trainer"], "trainer")(rank, n) for rank in range(n)]
-    reference = _actor(TrainerWorker, placement["reference"], "reference")(0, 1) if cfg.grpo.kl_coef > 0 else None
-    envs = [_actor(EnvWorker, placement["env"], "env")(cfg.env.sessions_per_actor) for _ in range(cfg.env.num_actors)]
-    reward = _actor(RewardWorker, placement["reward"], "reward")(cfg.env.invalid_action_penalty)
-    buffer = _actor(BufferWorker, placement["buffer"], "buffer")(cfg.buffer.capacity, cfg.buffer.max_staleness)
+    trainers = [_actor(TrainerWorker, placement["trainer"])(rank, n) for rank in range(n)]
+    reference = _actor(TrainerWorker, placement["reference"])(0, 1) if cfg.grpo.kl_coef > 0 else None
+    envs = [_actor(EnvWorker, placement["env"])(cfg.env.sessions_per_actor) for _ in range(cfg.env.num_actors)]
+    reward = _actor(RewardWorker, placement["reward"])(cfg.env.invalid_action_penalty)
+    buffer = _actor(BufferWorker, placement["buffer"])(cfg.buffer.capacity, cfg.buffer.max_staleness)
     return Services(
         rollout=rollout,
         trainers=trainers,
