@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(to_yaml(cfg), end="")
         return 0
+    if cfg.model.source != "scratch":
+        # Parsed and validated (configs/blackjack_qwen2.5_1.5b.yaml), but a pretrained tokenizer
+        # answers in several tokens and a chat format; that prompt path is not built yet.
+        print("rlsvc.train: model.source=hf is not supported by this build yet (only source=scratch runs)", file=sys.stderr)
+        return 2
     from rlsvc.cluster.ray_setup import ClusterUnreachable, check_reachable
 
     address = cfg.cluster.resolved_address()

@@ -84,3 +84,8 @@ def test_cli_unreachable_ray_address_fails_fast():
 def test_cli_print_config_roundtrips():
     out = _run("--print-config", "run.steps=3")
     assert out.returncode == 0 and "steps: 3" in out.stdout
+
+
+def test_cli_hf_source_is_refused_clearly_before_any_cluster():
+    out = _run("--config", "configs/blackjack_qwen2.5_1.5b.yaml")
+    assert out.returncode == 2 and "model.source=hf" in out.stderr and out.stderr.strip().count("\n") == 0
