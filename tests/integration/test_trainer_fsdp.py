@@ -106,7 +106,10 @@ def test_two_rank_fsdp_step_equals_one_rank(tmp_path: Path) -> None:
         sd_ref, sd_fsdp = single["state_dicts"][step], ranks[0]["state_dicts"][step]
         assert sd_fsdp.keys() == sd_ref.keys()
         for name, ref in sd_ref.items():
-            torch.testing.assert_close(sd_fsdp[name], ref, atol=1e-5, rtol=1e-5, msg=lambda m, s=step, n=name: f"step {s}: {n}: {m}")
+            # Sharded reductions sum in another order; Adam divides near-zero gradients by their
+            # own tiny norms, so a 1e-7 gradient difference can show as ~1e-5 in a weight. 1e-4
+            # is 1% of one step (lr 1e-2); grad_norm and loss below pin the gradient scale.
+            torch.testing.assert_close(sd_fsdp[name], ref, atol=1e-4, rtol=1e-4, msg=lambda m, s=step, n=name: f"step {s}: {n}: {m}")
         for rank in ranks:
             for key, value in single["metrics"][step].items():
                 assert rank["metrics"][step][key] == pytest.approx(value, rel=1e-4, abs=1e-5), (step, key)
