@@ -7,6 +7,7 @@ import json
 import logging
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,55 @@ def validate(cfg: Config, loop: GRPOLoop) -> float:
     return evaluate(TablePolicy(loop.greedy_table()), cfg.eval.val_episodes, cfg.eval.val_seed)["mean_return"]
 
 
+@dataclass
+class Best:
+    """The best validated policy so far: its greedy validation return, version and weights."""
+
+    val_return: float
+    version: int
+    state: dict
+
+
+def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console, started: float, transcripts: Path) -> tuple[dict[str, float], Best | None]:
+    """GRPO steps until `run.steps` or the time budget; validates every `eval.every_steps`."""
+    last: dict[str, float] = {}
+    best: Best | None = None
+    with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
+                  TextColumn("greedy {task.fields[val]:+.3f}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
+        task = bar.add_task("train", total=cfg.run.steps, ret=float("nan"), val=float("nan"))
+        for step in range(cfg.run.steps):
+            if cfg.run.time_budget_minutes and time.time() - started > cfg.run.time_budget_minutes * 60:
+                console.print(f"time budget of {cfg.run.time_budget_minutes} min reached after {step} steps")
+                break
+            last, episodes = loop.step(step)
+            last["time/since_start_s"] = time.time() - started
+            tracker.log_metrics(last, step=step + 1)
+            if step in (0, cfg.run.steps - 1) or step % 25 == 0:
+                write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)
+            if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
+                val = validate(cfg, loop)
+                tracker.log_metrics({"eval/val_return": val}, step=step + 1)
+                if best is None or val > best.val_return:
+                    best = Best(val, loop.version, loop.svc.train_call("hf_state_dict")[0])
+            best_val = best.val_return if best else float("nan")
+            bar.update(task, advance=1, ret=last["return_mean"], val=best_val)
+            if not console.is_terminal and (step + 1) % 10 == 0:  # job logs get plain lines, not a bar
+                console.print(f"step {step + 1}/{cfg.run.steps} return {last['return_mean']:+.3f} best greedy {best_val:+.3f} elapsed {time.time() - started:.0f}s")
+    return last, best
+
+
+def final_weights(cfg: Config, loop: GRPOLoop, best: Best | None, console: Console) -> tuple[dict, int]:
+    """The weights to save: the best validated policy (`eval.keep_best`), else the last one."""
+    if not (cfg.eval.keep_best and best is not None):
+        return loop.svc.train_call("hf_state_dict")[0], loop.version
+    if cfg.eval.every_steps and loop.version % cfg.eval.every_steps:  # the last weights compete too
+        val = validate(cfg, loop)
+        if val > best.val_return:
+            best = Best(val, loop.version, loop.svc.train_call("hf_state_dict")[0])
+    console.print(f"keeping policy version {best.version} (validation return {best.val_return:+.4f})")
+    return best.state, best.version
+
+
 def write_transcripts(path: Path, step: int, episodes: list, n: int) -> None:
     with path.open("a") as f:
         for ep in episodes[:n]:
@@ -107,40 +157,8 @@ def run(cfg: Config, started: float) -> int:
         console.print(f"started in {startup_s:.0f}s (warm-start loss {warm_loss:.3f})")
 
         transcripts = run_dir / "transcripts.jsonl"
-        last: dict[str, float] = {}
-        best: tuple[float, int, dict] | None = None
-        with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
-                      TextColumn("greedy {task.fields[val]:+.3f}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
-            task = bar.add_task("train", total=cfg.run.steps, ret=float("nan"), val=float("nan"))
-            for step in range(cfg.run.steps):
-                if cfg.run.time_budget_minutes and time.time() - started > cfg.run.time_budget_minutes * 60:
-                    console.print(f"time budget of {cfg.run.time_budget_minutes} min reached after {step} steps")
-                    break
-                last, episodes = loop.step(step)
-                last["time/since_start_s"] = time.time() - started
-                tracker.log_metrics(last, step=step + 1)
-                if step in (0, cfg.run.steps - 1) or step % 25 == 0:
-                    write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)
-                if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
-                    val = validate(cfg, loop)
-                    tracker.log_metrics({"eval/val_return": val}, step=step + 1)
-                    if best is None or val > best[0]:
-                        best = (val, loop.version, svc.train_call("hf_state_dict")[0])
-                bar.update(task, advance=1, ret=last["return_mean"], val=best[0] if best else float("nan"))
-                if not console.is_terminal and (step + 1) % 10 == 0:  # job logs get plain lines, not a bar
-                    console.print(f"step {step + 1}/{cfg.run.steps} return {last['return_mean']:+.3f} "
-                                  f"best greedy {best[0] if best else float('nan'):+.3f} elapsed {time.time() - started:.0f}s")
-
-        final = svc.train_call("hf_state_dict")[0]
-        if cfg.eval.keep_best and best is not None:
-            if cfg.eval.every_steps and loop.version % cfg.eval.every_steps:  # the last weights compete too
-                val = validate(cfg, loop)
-                if val > best[0]:
-                    best = (val, loop.version, final)
-            console.print(f"keeping policy version {best[1]} (validation return {best[0]:+.4f})")
-            saved_version, final = best[1], best[2]
-        else:
-            saved_version = loop.version
+        last, best = train(cfg, loop, tracker, console, started, transcripts)
+        final, saved_version = final_weights(cfg, loop, best, console)
         checkpoint = save_final(cfg, final, saved_version, codec, run_dir / "checkpoint")
         result: dict[str, float] = {}
         if cfg.eval.episodes:
@@ -156,7 +174,7 @@ def run(cfg: Config, started: float) -> int:
                 tracker.log_artifact(path, path.name if path.is_dir() else None)
         (run_dir / "result.json").write_text(json.dumps({
             "checkpoint": str(checkpoint), "mlflow_run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
-            "steps": loop.version, "saved_version": saved_version, "best_val_return": best[0] if best else None, "total_s": total_s, "startup_s": startup_s, "eval": result, "last_step": last,
+            "steps": loop.version, "saved_version": saved_version, "best_val_return": best.val_return if best else None, "total_s": total_s, "startup_s": startup_s, "eval": result, "last_step": last,
         }, indent=2))
         status = "FINISHED"
         summary(console, cfg, loop.version, saved_version, last, result, checkpoint, tracker, total_s)
