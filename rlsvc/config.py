@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -189,8 +189,25 @@ class BufferConfig(Strict):
 
 
 class WeightSyncConfig(Strict):
-    type: Literal["ray"] = "ray"
-    """Transport trainer -> rollout workers; `ray`: the object store (zero-copy on one node)."""
+    type: Literal["ray", "broadcast", "monarch", "torchstore"] = "monarch"
+    """Transport trainer -> rollout workers: `ray` the object store (zero-copy on one node),
+    `broadcast` a gloo/NCCL group of trainer rank 0 and the rollout workers, `monarch` RDMA
+    buffers over a Monarch mesh joined by the Ray-placed processes, `torchstore` TorchStore's
+    put/get_state_dict over that mesh (when an installed TorchStore works with this Monarch)."""
+    bucket_mb: int = Field(64, ge=1)
+    """Weights move in buckets of about this size, so a worker loads one while the next is in flight."""
+    verify: bool = True
+    """Hash the published weights and, in every worker, what it loaded; a mismatch fails the update."""
+
+    @field_validator("type")
+    @classmethod
+    def _available(cls, kind: str) -> str:
+        from rlsvc.weight_sync.base import unavailable_reason
+
+        reason = unavailable_reason(kind)
+        if reason:
+            raise ValueError(reason)
+        return kind
 
 
 class EvalConfig(Strict):

@@ -63,7 +63,8 @@ class GRPOLoop:
     def __post_init__(self) -> None:
         self.runner = RolloutRunner(self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns)
         self.allowed = self.codec.allowed_token_ids if self.cfg.rollout.constrained_actions else None
-        self.sync = build_weight_sync(self.cfg.weight_sync.type, self.svc.trainers, self.svc.rollout)
+        ws = self.cfg.weight_sync
+        self.sync = build_weight_sync(ws.type, self.svc.trainers, self.svc.rollout, ws.bucket_mb, ws.verify)
 
     def warm_start(self, steps: int, batch_size: int = 256) -> float:
         """Teach the answer format only: random observations, random HIT/STAND answers."""

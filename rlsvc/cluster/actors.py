@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,30 @@ class RolloutWorker:
         sampling = dict(self.sampling, temperature=0.0) if greedy else self.sampling
         return self.engine.generate(prompts, seeds=seeds, **sampling)
 
-    def update_weights(self, hf_state_dict: dict, version: int) -> dict[str, float]:
+    def update_weights(self, hf_state_dict: dict, version: int) -> dict[str, float | str]:
         return self.engine.update_weights(hf_state_dict, version)
+
+    # weight sync (rlsvc/weight_sync): manifest, buckets, finish; or a transport's own pull
+    def begin_update(self, manifest: Any) -> None:
+        self.engine.begin_update(manifest)
+
+    def load_bucket(self, tensors: dict) -> None:
+        self.engine.load_tensors(tensors.items())
+
+    def finish_update(self) -> dict[str, float | str]:
+        return self.engine.finish_update()
+
+    def ws_open(self, kind: str, *args: Any) -> bool:
+        from rlsvc.weight_sync.endpoints import open_endpoint
+
+        self.ws_endpoint = open_endpoint(kind, "rollout", self.engine, *args)
+        return True
+
+    def ws_call(self, method: str, *args: Any) -> Any:
+        return getattr(self.ws_endpoint, method)(*args)
+
+    def version(self) -> int:
+        return self.engine.version
 
     def fingerprint(self) -> str:
         return self.engine.weights_fingerprint()
@@ -88,6 +111,34 @@ class TrainerWorker:
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Forward to the plain trainer (train_step, sft_step, hf_state_dict, logprobs, ...)."""
         return getattr(self.trainer, method)(*args, **kwargs)
+
+    # weight sync (rlsvc/weight_sync): every rank stages (the gather is a collective); rank 0
+    # is the source of the buckets
+    def ws_configure(self, bucket_bytes: int, verify: bool) -> bool:
+        from rlsvc.weight_sync.publisher import WeightPublisher
+
+        self.publisher = WeightPublisher(self.trainer, bucket_bytes, verify)
+        return True
+
+    def ws_stage(self, version: int) -> Any:
+        return self.publisher.stage(version)
+
+    def ws_stream(self, version: int) -> Iterator[Any]:
+        """Ray streaming generator: the manifest, then each bucket as soon as it is ready, so the
+        rollout workers load bucket i while bucket i+1 is being put."""
+        manifest = self.publisher.stage(version)
+        yield manifest
+        if manifest is not None:
+            yield from self.publisher.buckets()
+
+    def ws_open(self, kind: str, *args: Any) -> bool:
+        from rlsvc.weight_sync.endpoints import open_endpoint
+
+        self.ws_endpoint = open_endpoint(kind, "trainer", self.publisher, *args)
+        return True
+
+    def ws_call(self, method: str, *args: Any) -> Any:
+        return getattr(self.ws_endpoint, method)(*args)
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

@@ -28,13 +28,17 @@ def _adapter(cfg: ModelConfig):
     return Llama3StateDictAdapter(titan_config(cfg), hf_assets_path=None)
 
 
-def to_hf_state_dict(titan_sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def to_hf_state_dict(titan_sd: dict[str, torch.Tensor], cfg: ModelConfig, copy: bool = True) -> dict[str, torch.Tensor]:
     """TorchTitan names/layout -> HF Llama names/layout, as contiguous CPU float32 COPIES.
 
     Copies: unpermuted tensors would otherwise alias the live parameters, and a snapshot sent to
-    vLLM or the reference model must not change when the optimiser steps.
+    vLLM or the reference model must not change when the optimiser steps. `copy=False` is for
+    callers that copy anyway (a weight-sync transport packing its own buffer): tensors that need
+    no permutation are then the live parameters themselves, detached.
     """
     hf_sd = _adapter(cfg).to_hf(dict(titan_sd))
+    if not copy:
+        return {k: v.detach().contiguous() for k, v in hf_sd.items()}
     return {k: v.detach().to("cpu", torch.float32, copy=True).contiguous() for k, v in hf_sd.items()}
 
 

@@ -1,25 +1,101 @@
 """The weight-sync interface: move the trainer's weights into every rollout engine, in place.
 
-One interface, one file per transport, chosen by `weight_sync.type`. A push returns its phase
-timings so the slow phase (gather, transfer, load) is visible in MLflow.
+One interface, one file per transport, chosen by `weight_sync.type`. A version is published in
+two halves, so the asynchronous loop can run them on different threads:
+
+- `stage(version)`: the trainer side. Gather the full weights (an FSDP all-gather), snapshot them
+  where the transport keeps them, and describe them in a `Manifest` (versioned keys, buckets,
+  digest). After it returns the trainer may step again.
+- `apply(staged)`: the rollout side. Every worker checks the manifest, pulls the buckets and
+  copies them into its live vLLM engine, then verifies the digest. Called between generation
+  batches; the engine is neither drained nor rebuilt.
+
+`push(version)` is both, for the synchronous loop; a transport may overlap them. Every call
+returns its phases in seconds (gather, transfer, load) so the slow one is visible in MLflow.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlsvc.weight_sync.manifest import Manifest
+
+TRANSPORTS = ("ray", "broadcast", "monarch", "torchstore")
+
+
+@dataclass
+class Staged:
+    """A version that the trainer has published and the rollout workers may pull."""
+
+    manifest: Manifest
+    handles: list[Any] = field(default_factory=list)
+    """Transport-specific: object refs of the buckets, RDMA buffers, ..."""
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 class WeightSync(ABC):
+    def __init__(self, trainers: list[Any], rollout_workers: list[Any], bucket_bytes: int = 64 << 20, verify: bool = True) -> None:
+        import ray
+
+        self.trainers = trainers
+        self.workers = rollout_workers
+        ray.get([t.ws_configure.remote(bucket_bytes, verify) for t in trainers])
+
     @abstractmethod
+    def stage(self, version: int) -> Staged:
+        """Publish the trainer's current weights as `version` (all trainer ranks take part)."""
+
+    @abstractmethod
+    def apply(self, staged: Staged) -> dict[str, float]:
+        """Load `staged` into every rollout worker; returns when all of them serve it."""
+
     def push(self, version: int) -> dict[str, float]:
-        """Publish the trainer's current weights as `version`; return after every rollout worker
-        holds them (synchronous mode), with timings in seconds."""
+        staged = self.stage(version)
+        return {**staged.timings, **self.apply(staged)}
+
+    def close(self) -> None:  # noqa: B027 (optional hook, most transports hold nothing)
+        """Release transport resources (process groups, registered buffers)."""
 
 
-def build_weight_sync(kind: str, trainers: list[Any], rollout_workers: list[Any]) -> WeightSync:
+def unavailable_reason(kind: str) -> str | None:
+    """Why transport `kind` cannot run in this environment (None when it can). Checked when the
+    config is validated, so a bad choice fails before any cluster starts."""
+    if kind == "monarch" and importlib.util.find_spec("monarch") is None:
+        return "weight_sync.type=monarch needs torchmonarch (pip install torchmonarch==0.7.0)"
+    if kind == "torchstore":
+        from rlsvc.weight_sync.torchstore import unavailable_reason as torchstore_reason
+
+        return torchstore_reason()
+    return None
+
+
+def build_weight_sync(kind: str, trainers: list[Any], rollout_workers: list[Any], bucket_mb: int = 64, verify: bool = True) -> WeightSync:
+    cls = _transport_class(kind)
+    return cls(trainers, rollout_workers, bucket_bytes=bucket_mb << 20, verify=verify)
+
+
+def _transport_class(kind: str) -> type[WeightSync]:
+    reason = unavailable_reason(kind)
+    if reason:
+        raise ValueError(reason)
     if kind == "ray":
         from rlsvc.weight_sync.ray_object_store import RayObjectStoreSync
 
-        return RayObjectStoreSync(trainers, rollout_workers)
-    raise ValueError(f"weight_sync.type={kind!r} is not available (known: ray)")
+        return RayObjectStoreSync
+    if kind == "broadcast":
+        from rlsvc.weight_sync.broadcast import BroadcastSync
+
+        return BroadcastSync
+    if kind == "monarch":
+        from rlsvc.weight_sync.monarch_rdma import MonarchSync
+
+        return MonarchSync
+    if kind == "torchstore":
+        from rlsvc.weight_sync.torchstore import TorchStoreSync
+
+        return TorchStoreSync
+    raise ValueError(f"weight_sync.type={kind!r} is not a transport (known: {', '.join(TRANSPORTS)})")

@@ -1,5 +1,11 @@
-"""Weights through Ray's object store: rank 0's gathered state dict is put once and every rollout
-worker reads it by reference (zero-copy on one node with RAY_ENABLE_ZERO_COPY_TORCH_TENSORS=1)."""
+"""Weights through Ray's object store.
+
+Trainer rank 0 streams the version as a Ray generator: first the manifest, then one object per
+bucket. The driver hands each bucket's reference to every rollout worker as soon as it exists, so
+a worker copies bucket i into its engine while bucket i+1 is being put. With
+RAY_ENABLE_ZERO_COPY_TORCH_TENSORS=1 (set for every worker, cluster/ray_setup.py) a bucket is one
+copy into shared memory and the workers read it in place: two copies end to end, overlapped.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +14,49 @@ from typing import Any
 
 import ray
 
-from rlsvc.weight_sync.base import WeightSync
+from rlsvc.weight_sync.base import Staged, WeightSync
+
+
+def _finish(workers: list[Any], begins: list[Any], loads: list[Any]) -> list[dict]:
+    finishes = [w.finish_update.remote() for w in workers]
+    ray.get(begins)  # a refused version (stale, incomplete) is the error to report, not its echoes
+    ray.get(loads)
+    return ray.get(finishes)
 
 
 class RayObjectStoreSync(WeightSync):
-    def __init__(self, trainers: list[Any], rollout_workers: list[Any]) -> None:
-        self.trainers = trainers
-        self.workers = rollout_workers
+    def _stream(self, version: int) -> tuple[Any, list[Any], Any]:
+        gen = self.trainers[0].ws_stream.options(num_returns="streaming").remote(version)
+        others = [t.ws_stage.remote(version) for t in self.trainers[1:]]  # their half of the gather
+        manifest = ray.get(next(gen))
+        ray.get(others)
+        return gen, others, manifest
+
+    def stage(self, version: int) -> Staged:
+        t0 = time.perf_counter()
+        gen, _, manifest = self._stream(version)
+        refs = list(gen)
+        ray.wait(refs, num_returns=len(refs), fetch_local=False)
+        return Staged(manifest, refs, {"sync/gather_s": manifest.timings["gather_s"], "sync/stage_s": time.perf_counter() - t0})
+
+    def apply(self, staged: Staged) -> dict[str, float]:
+        t0 = time.perf_counter()
+        begins = [w.begin_update.remote(staged.manifest) for w in self.workers]
+        loads = [w.load_bucket.remote(ref) for ref in staged.handles for w in self.workers]
+        results = _finish(self.workers, begins, loads)
+        return {"sync/apply_s": time.perf_counter() - t0, "sync/load_s": max(r["load_s"] for r in results)}
 
     def push(self, version: int) -> dict[str, float]:
         t0 = time.perf_counter()
-        # every rank takes part in the FSDP gather; rank 0 returns the full dict
-        refs = [t.call.remote("hf_state_dict") for t in self.trainers]
-        ray.wait([refs[0]])
+        gen, _, manifest = self._stream(version)
         t_gather = time.perf_counter()
-        loads = ray.get([w.update_weights.remote(refs[0], version) for w in self.workers])
-        ray.get(refs[1:])
+        begins = [w.begin_update.remote(manifest) for w in self.workers]
+        loads = [w.load_bucket.remote(ref) for ref in gen for w in self.workers]
+        t_sent = time.perf_counter()
+        results = _finish(self.workers, begins, loads)
         return {
-            "sync_s": time.perf_counter() - t0,
-            "sync_gather_s": t_gather - t0,
-            "sync_load_s": max(x.get("load_s", 0.0) for x in loads),
+            "sync/gather_s": manifest.timings["gather_s"],
+            "sync/transfer_s": t_sent - t_gather,
+            "sync/load_s": max(r["load_s"] for r in results),
+            "sync/total_s": time.perf_counter() - t0,
         }

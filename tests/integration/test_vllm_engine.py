@@ -158,30 +158,60 @@ def test_update_weights_in_place(engine, models) -> None:
     prompts = blackjack_prompts()
     llm_before, core_before = engine.llm, engine.llm.llm_engine.engine_core
     fingerprint_a = engine.weights_fingerprint()
+    # every weight is a live parameter (the CPU linear layers keep theirs), so the fingerprint
+    # covers the whole model, not just embeddings and norms
+    assert engine.num_parameters() == sum(p.numel() for p in models["a"].parameters())
+    v = engine.version
     try:
-        timings = engine.update_weights(models["b"].state_dict(), version=1)
+        timings = engine.update_weights(models["b"].state_dict(), version=v + 1)
         print(f"\n[vllm_engine] update_weights {timings}")
-        assert set(timings) == {"serialize_s", "load_s"}
-        assert engine.version == 1
+        assert set(timings) == {"digest", "load_s"} and len(timings["digest"]) == 32
+        assert engine.version == v + 1
         fingerprint_b = engine.weights_fingerprint()
         assert fingerprint_b != fingerprint_a
         greedy = [r["token_ids"][0] for r in engine.generate(prompts, temperature=0.0)]
         assert greedy == models["logits_b"].argmax(-1).tolist()
         # The same engine object served the new weights: nothing was rebuilt.
         assert engine.llm is llm_before and engine.llm.llm_engine.engine_core is core_before
-        engine.update_weights(models["b"].state_dict(), version=2)
+        engine.update_weights(models["b"].state_dict(), version=v + 2)
+        assert engine.weights_fingerprint() == fingerprint_b
+        # versions only move forward
+        with pytest.raises(ValueError, match="already holds version"):
+            engine.update_weights(models["a"].state_dict(), version=v + 1)
         assert engine.weights_fingerprint() == fingerprint_b
     finally:
-        engine.update_weights(models["a"].state_dict(), version=0)
+        engine.update_weights(models["a"].state_dict(), version=engine.version + 1)
     assert engine.weights_fingerprint() == fingerprint_a
+    # logprobs after a round trip are HF's again (the LM head was re-packed after the load)
+    lp = [r["logprobs"][0] for r in engine.generate(prompts, temperature=0.0)]
+    assert max(abs(a - b) for a, b in zip(lp, models["logits_a"].log_softmax(-1).max(-1).values.tolist())) < LOGPROB_ATOL
+
+
+def test_corrupted_transfer_is_detected(engine, models) -> None:
+    """A bucket whose bytes differ from what was published fails the digest check."""
+    from rlsvc.weight_sync.manifest import build_manifest, digest_tensors
+
+    sd = models["a"].state_dict()
+    manifest = build_manifest(engine.version + 1, sd, bucket_bytes=1 << 16)
+    manifest.digest = digest_tensors((s.name, sd[s.name]) for s in manifest.specs)
+    engine.begin_update(manifest)
+    with pytest.raises(RuntimeError, match="during an unfinished weight update"):
+        engine.generate(blackjack_prompts())
+    corrupted = {k: v.clone() for k, v in sd.items()}
+    corrupted["lm_head.weight"][0, 0] += 1.0
+    for bucket in manifest.buckets:
+        engine.load_tensors((manifest.specs[i].name, corrupted[manifest.specs[i].name]) for i in bucket)
+    with pytest.raises(RuntimeError, match="received digest"):
+        engine.finish_update()
+    engine.update_weights(sd, version=manifest.version + 1)  # a good update repairs it
 
 
 def test_partial_update_is_rejected(engine, models) -> None:
     fingerprint = engine.weights_fingerprint()
     partial = {k: v for k, v in models["b"].state_dict().items() if k != "lm_head.weight"}
     with pytest.raises(ValueError, match="lm_head.weight"):
-        engine.update_weights(partial, version=9)
-    assert engine.weights_fingerprint() == fingerprint and engine.version != 9
+        engine.update_weights(partial, version=engine.version + 5)
+    assert engine.weights_fingerprint() == fingerprint
 
 
 def test_batched_throughput(engine) -> None:

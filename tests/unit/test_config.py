@@ -40,6 +40,8 @@ def test_dotted_overrides_are_typed():
         ("trainer.minibatches=3", "trainer.minibatches"),
         ("nonsense", "must look like key.sub=value"),
         ("run.steps.x=1", "run.steps"),
+        ("weight_sync.type=torchstore", "torchmonarch"),
+        ("weight_sync.type=pigeon", "weight_sync.type"),
     ],
 )
 def test_bad_input_is_one_line_naming_the_field(override, needle):

@@ -1,0 +1,23 @@
+"""The per-process halves of the transports that need state inside the actors (a process group,
+registered buffers). Actors hold one endpoint and forward `ws_call(method, ...)` to it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def open_endpoint(kind: str, side: str, owner: Any, *args: Any) -> Any:
+    """`owner` is the trainer's WeightPublisher (side="trainer") or the VLLMEngine ("rollout")."""
+    if kind == "broadcast":
+        from rlsvc.weight_sync.broadcast import GlooReceiver, GlooSender
+
+        return (GlooSender if side == "trainer" else GlooReceiver)(owner, *args)
+    if kind == "monarch":
+        from rlsvc.weight_sync.monarch_rdma import RdmaReceiver, RdmaSender
+
+        return (RdmaSender if side == "trainer" else RdmaReceiver)(owner, *args)
+    if kind == "torchstore":
+        from rlsvc.weight_sync.torchstore import TorchStoreReceiver, TorchStoreSender
+
+        return (TorchStoreSender if side == "trainer" else TorchStoreReceiver)(owner, *args)
+    raise ValueError(f"no endpoint for weight_sync.type={kind!r}")
