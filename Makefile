@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install run test test-fast lint clean
+.PHONY: install run test test-fast lint bench-sync clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test-fast: install
 
 lint: install
 	$(BIN)/ruff check rlsvc tests
+
+# weight sync per transport, 10M/100M/500M models, vs memcpy (benchmarks/weight_sync.py)
+bench-sync: install
+	$(BIN)/python benchmarks/weight_sync.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs mlruns mlflow.db

@@ -130,6 +130,9 @@ class RolloutConfig(Strict):
     """Ray CPUs reserved per rollout worker (also its thread count)."""
     num_gpus: float = Field(0.0, ge=0)
     """Ray GPUs per rollout worker (0 on CPU machines)."""
+    asynchronous: bool = False
+    """Keep playing episodes while the trainer steps (rlsvc/async_loop.py); batches may be up to
+    `buffer.max_staleness` versions behind (0 keeps the synchronous schedule)."""
 
 
 class EnvConfig(Strict):
@@ -143,6 +146,8 @@ class EnvConfig(Strict):
     """Decisions after which an unfinished episode is cut (BlackJack ends long before)."""
     invalid_action_penalty: float = -1.0
     """Return of an episode whose answer was neither HIT nor STAND (it ends there)."""
+    step_latency_ms: float = Field(0.0, ge=0)
+    """Simulated round trip added to every env step, as a remote sandbox has (benchmarks)."""
     num_cpus: float = Field(0.25, gt=0)
     """Ray CPUs reserved per env actor."""
 
@@ -162,6 +167,10 @@ class GRPOConfig(Strict):
     """Weight of the k3 KL to the reference model; 0 does not start the reference actor."""
     normalization: Literal["token", "sequence"] = "token"
     """`token`: every sampled token weighs the same; `sequence`: every episode weighs the same."""
+    tis_cap: float | None = Field(None, gt=0)
+    """Truncated importance sampling for off-policy batches: clip the ratio against the trainer's
+    own logprobs before the step (one extra forward pass) and weight each token by
+    min(pi_trainer / pi_vLLM, tis_cap). None: the clipped ratio is taken against vLLM's logprobs."""
 
 
 class TrainerConfig(Strict):
@@ -189,8 +198,9 @@ class BufferConfig(Strict):
 
 
 class WeightSyncConfig(Strict):
-    type: Literal["ray", "broadcast", "monarch", "torchstore"] = "monarch"
+    type: Literal["ray", "shm", "broadcast", "monarch", "torchstore"] = "monarch"
     """Transport trainer -> rollout workers: `ray` the object store (zero-copy on one node),
+    `shm` one reused shared-memory file (trainer rank 0 and the workers on one node; fastest),
     `broadcast` a gloo/NCCL group of trainer rank 0 and the rollout workers, `monarch` RDMA
     buffers over a Monarch mesh joined by the Ray-placed processes, `torchstore` TorchStore's
     put/get_state_dict over that mesh (when an installed TorchStore works with this Monarch)."""

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
+from rlsvc.async_loop import AsyncGRPOLoop
 from rlsvc.cluster.placement import plan
 from rlsvc.cluster.ray_setup import cluster_view, connect
 from rlsvc.config import Config, flatten, to_yaml
@@ -146,7 +147,7 @@ def run(cfg: Config, started: float) -> int:
         tracker.set_tags({"rlsvc.run_dir": str(run_dir), "ray.dashboard": conn.dashboard_url or ""})
         console.print(f"[bold]rlsvc[/] run {cfg.run.name}  ray={conn.address}  dashboard={conn.dashboard_url}  mlflow={tracker.tracking_uri} run_id={tracker.run_id}")
 
-        loop = GRPOLoop(cfg, svc, codec)
+        loop = (AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, svc, codec)
         warm_loss = loop.warm_start(cfg.model.warm_start_steps) if cfg.model.warm_start_steps else float("nan")
         if svc.reference is not None:
             init_state = svc.train_call("hf_state_dict")[0]
@@ -157,7 +158,12 @@ def run(cfg: Config, started: float) -> int:
         console.print(f"started in {startup_s:.0f}s (warm-start loss {warm_loss:.3f})")
 
         transcripts = run_dir / "transcripts.jsonl"
-        last, best = train(cfg, loop, tracker, console, started, transcripts)
+        t_train = time.time()
+        try:
+            last, best = train(cfg, loop, tracker, console, started, transcripts)
+        finally:
+            loop.close()
+        train_s = time.time() - t_train
         final, saved_version = final_weights(cfg, loop, best, console)
         checkpoint = save_final(cfg, final, saved_version, codec, run_dir / "checkpoint")
         result: dict[str, float] = {}
@@ -174,7 +180,8 @@ def run(cfg: Config, started: float) -> int:
                 tracker.log_artifact(path, path.name if path.is_dir() else None)
         (run_dir / "result.json").write_text(json.dumps({
             "checkpoint": str(checkpoint), "mlflow_run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
-            "steps": loop.version, "saved_version": saved_version, "best_val_return": best.val_return if best else None, "total_s": total_s, "startup_s": startup_s, "eval": result, "last_step": last,
+            "steps": loop.version, "saved_version": saved_version, "best_val_return": best.val_return if best else None, "total_s": total_s, "startup_s": startup_s, "train_s": train_s,
+            "episodes_per_s": loop.version * cfg.grpo.groups_per_step * cfg.grpo.group_size / max(train_s, 1e-9), "eval": result, "last_step": last,
         }, indent=2))
         status = "FINISHED"
         summary(console, cfg, loop.version, saved_version, last, result, checkpoint, tracker, total_s)

@@ -95,18 +95,46 @@ class GRPOLoop:
         n = len(states)
         return {tuple(v): "hit" if last[i] > last[n + i] else "stand" for i, v in enumerate(states)}
 
+    def close(self) -> None:
+        """Stop background work (the asynchronous loop's producer); the sync loop has none."""
+
     def sync_weights(self) -> dict[str, float]:
         """Trainer -> every rollout worker; all hold `self.version` when this returns."""
         return self.sync.push(self.version)
 
+    def groups(self, step: int) -> list[tuple[int, int]]:
+        B = self.cfg.grpo.groups_per_step
+        return [(step * B + b, deal_seed(self.cfg.run.seed, step, b)) for b in range(B)]
+
+    def collect(self, step: int, version: int) -> list[Episode]:
+        """DESIGN.md steps 1-2: B groups of G episodes played to the end with the engines' policy."""
+        return self.runner.collect(self.groups(step), self.cfg.grpo.group_size, version, sample_seed=self.cfg.run.seed * 7919 + step)
+
     def step(self, step: int) -> tuple[dict[str, float], list[Episode]]:
+        """Synchronous: collect with the current weights, learn, push the new weights."""
+        t0 = time.perf_counter()
+        episodes = self.collect(step, self.version)
+        t_rollout = time.perf_counter()
+        metrics = self.learn(episodes)
+        t_learn = time.perf_counter()
+        sync = self.sync_weights()
+        t_end = time.perf_counter()
+        tokens = sum(len(r) for ep in episodes for r in ep.responses)
+        metrics.update({
+            **sync,
+            "time/rollout_s": t_rollout - t0,
+            "time/sync_s": t_end - t_learn,
+            "time/step_s": t_end - t0,
+            "tokens_per_s": tokens / max(t_rollout - t0, 1e-9),
+        })
+        return metrics, episodes
+
+    def learn(self, episodes: list[Episode]) -> dict[str, float]:
+        """DESIGN.md steps 3-6: rewards, group advantages, buffer, reference, one optimiser step
+        (self.version moves on by one)."""
         cfg, svc = self.cfg, self.svc
         B, G = cfg.grpo.groups_per_step, cfg.grpo.group_size
         t0 = time.perf_counter()
-        groups = [(step * B + b, deal_seed(cfg.run.seed, step, b)) for b in range(B)]
-        episodes = self.runner.collect(groups, G, self.version, sample_seed=cfg.run.seed * 7919 + step)
-        t_rollout = time.perf_counter()
-
         for ep, reward in zip(episodes, ray.get(svc.reward.score.remote(episodes))):
             ep.reward = reward
         assign_advantages(episodes, G, cfg.grpo.normalize_std)
@@ -118,31 +146,26 @@ class GRPOLoop:
 
         if svc.reference is not None:
             batch["ref_logprobs"] = ray.get(svc.reference.call.remote("logprobs", batch["input_ids"], self.allowed))
+        if cfg.grpo.tis_cap is not None:  # the proximal policy: the trainer's own, before the step
+            shards = split_batch({"input_ids": batch["input_ids"]}, len(svc.trainers))
+            batch["prox_logprobs"] = torch.cat(ray.get([t.call.remote("logprobs", s["input_ids"], self.allowed) for t, s in zip(svc.trainers, shards)]))
         t_ref = time.perf_counter()
 
         train = self.train(batch)
         self.version += 1
         t_train = time.perf_counter()
-        sync = self.sync_weights()
-        t_end = time.perf_counter()
-
-        tokens = sum(len(r) for ep in episodes for r in ep.responses)
-        metrics = {
+        hist = Counter(staleness)
+        return {
             **episode_metrics(episodes),
             **train,
-            **sync,
-            "time/rollout_s": t_rollout - t0,
-            "time/reward_s": t_reward - t_rollout,
+            "time/reward_s": t_reward - t0,
             "time/reference_s": t_ref - t_reward,
             "time/train_s": t_train - t_ref,
-            "time/sync_s": t_end - t_train,
-            "time/step_s": t_end - t0,
-            "tokens_per_s": tokens / max(t_rollout - t0, 1e-9),
             "staleness_mean": sum(staleness) / max(len(staleness), 1),
             "staleness_max": float(max(staleness, default=0)),
+            **{f"staleness_hist/{k}": hist.get(k, 0) / max(len(staleness), 1) for k in range(cfg.buffer.max_staleness + 1)},
             "policy_version": float(self.version),
         }
-        return metrics, episodes
 
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         cfg = self.cfg
@@ -152,6 +175,7 @@ class GRPOLoop:
             "kl_coef": cfg.grpo.kl_coef,
             "normalization": "token",  # sequence weighting is already in the mask (trainer/batch.py)
             "allowed_token_ids": self.allowed,
+            "tis_cap": cfg.grpo.tis_cap,
         }
         results: list[dict[str, float]] = []
         for minibatch in split_batch(batch, cfg.trainer.minibatches):

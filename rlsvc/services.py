@@ -67,7 +67,7 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
     n = cfg.trainer.num_ranks
     trainers = [_actor(TrainerWorker, placement["trainer"])(rank, n) for rank in range(n)]
     reference = _actor(TrainerWorker, placement["reference"])(0, 1) if cfg.grpo.kl_coef > 0 else None
-    envs = [_actor(EnvWorker, placement["env"])(cfg.env.sessions_per_actor) for _ in range(cfg.env.num_actors)]
+    envs = [_actor(EnvWorker, placement["env"])(cfg.env.sessions_per_actor, cfg.env.step_latency_ms / 1000) for _ in range(cfg.env.num_actors)]
     reward = _actor(RewardWorker, placement["reward"])(cfg.env.invalid_action_penalty)
     buffer = _actor(BufferWorker, placement["buffer"])(cfg.buffer.capacity, cfg.buffer.max_staleness)
     return Services(

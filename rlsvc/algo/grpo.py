@@ -77,9 +77,15 @@ def policy_loss(
     ref_logprobs: torch.Tensor | None = None,
     normalization: Normalization = "token",
     denominator: float | None = None,
+    behaviour_logprobs: torch.Tensor | None = None,
+    tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO-style clipped surrogate against the behaviour logprobs, plus an optional k3 KL term.
+    """PPO-style clipped surrogate against `old_logprobs`, plus an optional k3 KL term.
 
+    On-policy (`tis_cap` None), `old_logprobs` are the behaviour policy's (vLLM's). Off-policy
+    with truncated importance sampling (decoupled PPO): `old_logprobs` are the trainer's own
+    before the step (the proximal policy), and each token's loss is weighted by
+    min(pi_old / pi_behaviour, tis_cap), detached, with `behaviour_logprobs` from vLLM.
     `advantages` is per sequence [N]; it is broadcast over that sequence's response tokens.
     Returns the scalar loss and detached diagnostics (already reduced with the same weighting).
     """
@@ -90,6 +96,12 @@ def policy_loss(
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
     per_token = -torch.minimum(ratio * adv, clipped * adv)
     stats: dict[str, torch.Tensor] = {}
+    if tis_cap is not None:
+        if behaviour_logprobs is None:
+            raise ValueError("tis_cap needs behaviour_logprobs")
+        weight = torch.exp(old_logprobs - behaviour_logprobs).clamp(max=tis_cap).detach()
+        per_token = per_token * weight
+        stats["tis_weight"] = masked_reduce(weight, mask, normalization, denominator)
     if kl_coef > 0.0:
         if ref_logprobs is None:
             raise ValueError("kl_coef > 0 needs ref_logprobs")

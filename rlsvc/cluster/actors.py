@@ -68,6 +68,9 @@ class RolloutWorker:
     def version(self) -> int:
         return self.engine.version
 
+    def num_parameters(self) -> int:
+        return self.engine.num_parameters()
+
     def fingerprint(self) -> str:
         return self.engine.weights_fingerprint()
 
@@ -115,9 +118,12 @@ class TrainerWorker:
     # weight sync (rlsvc/weight_sync): every rank stages (the gather is a collective); rank 0
     # is the source of the buckets
     def ws_configure(self, bucket_bytes: int, verify: bool) -> bool:
+        """Create the publisher, or retune the existing one (transport endpoints hold it)."""
         from rlsvc.weight_sync.publisher import WeightPublisher
 
-        self.publisher = WeightPublisher(self.trainer, bucket_bytes, verify)
+        if getattr(self, "publisher", None) is None:
+            self.publisher = WeightPublisher(self.trainer, bucket_bytes, verify)
+        self.publisher.bucket_bytes, self.publisher.verify = bucket_bytes, verify
         return True
 
     def ws_stage(self, version: int) -> Any:
@@ -140,10 +146,17 @@ class TrainerWorker:
     def ws_call(self, method: str, *args: Any) -> Any:
         return getattr(self.ws_endpoint, method)(*args)
 
+    def ws_call_stream(self, method: str, *args: Any) -> Iterator[Any]:
+        """Ray streaming generator over an endpoint's generator method."""
+        yield from getattr(self.ws_endpoint, method)(*args)
+
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
     def close(self) -> None:
+        endpoint = getattr(self, "ws_endpoint", None)
+        if endpoint is not None and hasattr(endpoint, "close"):
+            endpoint.close()  # e.g. the shared-memory transport's files
         if self.trainer is not None:
             self.trainer.close()
 
@@ -151,10 +164,10 @@ class TrainerWorker:
 class EnvWorker:
     """OpenEnv server + WebSocket sessions on a CPU node."""
 
-    def __init__(self, num_sessions: int) -> None:
+    def __init__(self, num_sessions: int, step_latency_s: float = 0.0) -> None:
         from rlsvc.envs.openenv_pool import EnvPool
 
-        self.pool = EnvPool(num_sessions)
+        self.pool = EnvPool(num_sessions, step_latency_s=step_latency_s)
 
     def reset(self, session_ids: list[int], seeds: list[int]) -> list[Any]:
         return self.pool.reset(session_ids, seeds)

@@ -94,11 +94,13 @@ class EnvPool:
         *,
         start_timeout_s: float = 60.0,
         call_timeout_s: float = 60.0,
+        step_latency_s: float = 0.0,
     ) -> None:
         if num_sessions < 1:
             raise ValueError(f"num_sessions must be >= 1, got {num_sessions}")
         self.num_sessions = num_sessions
         self._call_timeout_s = call_timeout_s
+        self._step_latency_s = step_latency_s
         self._closed = False
         self._clients: list[Any] = []
         self._loop = _new_event_loop()
@@ -129,8 +131,15 @@ class EnvPool:
         """Apply one action ("hit"/"stand") in each session."""
         self._check_batch(session_ids, actions)
         clients = [self._clients[i] for i in session_ids]
-        calls = [c.step(a) for c, a in zip(clients, actions, strict=True)]
+        calls = [self._remote_step(c, a) for c, a in zip(clients, actions, strict=True)]
         return [r.observation for r in self._run(_gather(calls), self._call_timeout_s)]
+
+    async def _remote_step(self, client: Any, action: str) -> Any:
+        if self._step_latency_s:
+            # a simulated remote sandbox: every step waits one round trip; sessions wait
+            # concurrently, as independent requests to a remote service would
+            await asyncio.sleep(self._step_latency_s)
+        return await client.step(action)
 
     def close(self) -> None:
         """Close every session, stop the server and its thread. Safe to call twice."""

@@ -28,7 +28,7 @@ from rlsvc.algo.grpo import Normalization, k3_kl, masked_reduce, policy_loss, to
 from rlsvc.models.hf_export import from_hf_state_dict, to_hf_state_dict
 from rlsvc.models.titan import ModelConfig, build_model, forward, pick_device
 
-METRIC_KEYS = ("loss", "kl", "entropy", "clip_frac", "ratio_mean", "mismatch_sum", "tokens")
+METRIC_KEYS = ("loss", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "mismatch_sum", "tokens")
 
 
 def _to_local(t: torch.Tensor) -> torch.Tensor:
@@ -180,11 +180,19 @@ class TitanTrainer(_PolicyBase):
         kl_coef: float = 0.0,
         normalization: Normalization = "token",
         allowed_token_ids: list[int] | None = None,
+        tis_cap: float | None = None,
     ) -> dict[str, float]:
-        """One GRPO optimiser step on this rank's slice of the global batch; metrics are global."""
+        """One GRPO optimiser step on this rank's slice of the global batch; metrics are global.
+
+        `batch["old_logprobs"]` are vLLM's (the behaviour policy). With `tis_cap`, the ratio is
+        clipped against `batch["prox_logprobs"]` (the trainer's before this step) and tokens are
+        weighted by the truncated ratio prox / behaviour (see `policy_loss`)."""
         b = {k: v.to(self.device) for k, v in batch.items()}
         ids, mask = b["input_ids"], b["loss_mask"].to(torch.float32)
         old = _response_only(b["old_logprobs"].to(torch.float32), mask)
+        behaviour = old
+        if tis_cap is not None:
+            old = _response_only(b["prox_logprobs"].to(torch.float32), mask)
         ref = _response_only(b["ref_logprobs"].to(torch.float32), mask) if "ref_logprobs" in b else None
         denominator = self._global_denominator(mask, normalization)
 
@@ -202,11 +210,13 @@ class TitanTrainer(_PolicyBase):
             ref_logprobs=ref,
             normalization=normalization,
             denominator=denominator,
+            behaviour_logprobs=behaviour,
+            tis_cap=tis_cap,
         )
         loss.backward()
         grad_norm = self._step_optimizer()
 
-        local = self._local_metrics(loss, stats, logprobs, entropy, old, ref, mask, normalization, denominator)
+        local = self._local_metrics(loss, stats, logprobs, entropy, behaviour, ref, mask, normalization, denominator)
         totals = dict(zip(METRIC_KEYS, self._all_sum(local).tolist(), strict=True))
         tokens = max(totals.pop("tokens"), 1.0)
         totals["logprob_mismatch"] = totals.pop("mismatch_sum") / tokens
@@ -231,12 +241,16 @@ class TitanTrainer(_PolicyBase):
         kl = stats.get("kl")
         if kl is None and ref is not None:  # still report the KL when it is not in the loss
             kl = masked_reduce(k3_kl(lp, ref), mask, normalization, denominator)
+        zero = torch.zeros((), device=mask.device)
         parts = [
             loss.detach(),
-            kl if kl is not None else torch.zeros((), device=mask.device),
+            kl if kl is not None else zero,
             masked_reduce(entropy.detach(), mask, normalization, denominator),
             stats["clip_frac"],
             stats["ratio_mean"],
+            stats.get("tis_weight", zero),
+            # KL(vLLM || trainer) on the sampled tokens (k3): staleness plus numerical mismatch
+            masked_reduce(k3_kl(old, lp), mask, normalization, denominator),
             ((lp - old).abs() * mask).sum(),
             mask.sum(),
         ]

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rlsvc.weight_sync.manifest import Manifest
 
-TRANSPORTS = ("ray", "broadcast", "monarch", "torchstore")
+TRANSPORTS = ("ray", "shm", "broadcast", "monarch", "torchstore")
 
 
 @dataclass
@@ -86,6 +86,10 @@ def _transport_class(kind: str) -> type[WeightSync]:
         from rlsvc.weight_sync.ray_object_store import RayObjectStoreSync
 
         return RayObjectStoreSync
+    if kind == "shm":
+        from rlsvc.weight_sync.shared_memory import ShmSync
+
+        return ShmSync
     if kind == "broadcast":
         from rlsvc.weight_sync.broadcast import BroadcastSync
 

@@ -12,6 +12,10 @@ def open_endpoint(kind: str, side: str, owner: Any, *args: Any) -> Any:
         from rlsvc.weight_sync.broadcast import GlooReceiver, GlooSender
 
         return (GlooSender if side == "trainer" else GlooReceiver)(owner, *args)
+    if kind == "shm":
+        from rlsvc.weight_sync.shared_memory import ShmReceiver, ShmSender
+
+        return (ShmSender if side == "trainer" else ShmReceiver)(owner, *args)
     if kind == "monarch":
         from rlsvc.weight_sync.monarch_rdma import RdmaReceiver, RdmaSender
 

@@ -81,3 +81,26 @@ def test_gradient_pushes_toward_positive_advantage():
     loss, _ = policy_loss(lp, lp.detach(), torch.tensor([1.0]), torch.tensor([[0.0, 1.0]]))
     loss.backward()
     assert logits.grad[0, 0, 2] < 0 and logits.grad[0, 0, 0] > 0  # descent raises token 2
+
+
+def test_truncated_importance_sampling_weights_tokens_by_the_capped_ratio():
+    torch.manual_seed(0)
+    lp = torch.randn(4, 3, requires_grad=True)
+    behaviour = lp.detach() + 0.5 * torch.randn(4, 3)
+    prox = lp.detach()
+    adv = torch.tensor([1.0, -1.0, 0.5, 2.0])
+    mask = torch.ones(4, 3)
+    # proximal == behaviour: TIS changes nothing
+    plain, _ = policy_loss(lp, behaviour, adv, mask)
+    same, stats = policy_loss(lp, behaviour, adv, mask, behaviour_logprobs=behaviour, tis_cap=2.0)
+    assert torch.allclose(plain, same) and torch.isclose(stats["tis_weight"], torch.tensor(1.0))
+    # off-policy: each token's term is scaled by min(exp(prox - behaviour), cap), detached
+    loss, stats = policy_loss(lp, prox, adv, mask, behaviour_logprobs=behaviour, tis_cap=1.5)
+    w = torch.exp(prox - behaviour).clamp(max=1.5)
+    expected = (-(adv.unsqueeze(1)) * w).mean()  # ratio == 1 against the proximal policy
+    assert torch.isclose(loss, expected, atol=1e-6)
+    assert float(w.max()) <= 1.5 and torch.isclose(stats["tis_weight"], w.mean())
+    loss.backward()
+    assert torch.allclose(lp.grad, -(adv.unsqueeze(1)) * w / 12, atol=1e-6)
+    with pytest.raises(ValueError, match="behaviour_logprobs"):
+        policy_loss(lp, prox, adv, mask, tis_cap=1.5)

