@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--staleness", type=int, default=1)
     ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides for both runs")
     args = ap.parse_args()
-    common = [f"run.steps={args.steps}", "run.time_budget_minutes=0", f"env.step_latency_ms={args.latency_ms}", *args.extra]
+    common = [f"run.steps={args.steps}", "run.time_budget_minutes=600", f"env.step_latency_ms={args.latency_ms}", *args.extra]
     modes = {
         "sync": ["rollout.asynchronous=false", "buffer.max_staleness=0"],
         f"async_k{args.staleness}": ["rollout.asynchronous=true", f"buffer.max_staleness={args.staleness}"],

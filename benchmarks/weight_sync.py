@@ -54,14 +54,13 @@ def memcpy_s(nbytes: int, repeats: int = 5) -> float:
     return best
 
 
-def start_fleet(cfg: ModelConfig, workdir: Path, n_workers: int):
+def start_fleet(cfg: ModelConfig, workdir: Path, n_workers: int, threads: int):
     from rlsvc.models.hf_export import save_hf_checkpoint, to_hf_state_dict
     from rlsvc.models.titan import build_model
 
     folder = save_hf_checkpoint(workdir / "init", to_hf_state_dict(build_model(cfg, seed=0).state_dict(), cfg), cfg)
-    # one thread per process: the copies are memory-bound, and two busy OpenMP pools on two
-    # cores (trainer packing while the engine loads) slow each other down
-    env = {"env_vars": {**WORKER_ENV, "OMP_NUM_THREADS": "1"}}
+    # threads as the default job gives each actor (trainer.num_cpus = rollout.num_cpus = 2)
+    env = {"env_vars": {**WORKER_ENV, "OMP_NUM_THREADS": str(threads)}}
     trainer = ray.remote(TrainerWorker).options(num_cpus=1, runtime_env=env).remote(0, 1)
     engine_kwargs = {"max_model_len": cfg.max_seq_len, "kv_cache_gb": 1, "max_num_seqs": 16}
     workers = [ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote({"path": str(folder)}, engine_kwargs, {"max_tokens": 1}) for _ in range(n_workers)]
@@ -70,11 +69,11 @@ def start_fleet(cfg: ModelConfig, workdir: Path, n_workers: int):
     return trainer, workers
 
 
-def bench_size(millions: int, transports: list[str], n_workers: int, repeats: int, version: list[int]) -> list[dict]:
+def bench_size(millions: int, transports: list[str], n_workers: int, repeats: int, version: list[int], threads: int) -> list[dict]:
     cfg = model_for(millions)
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlsvc-bench-") as tmp:
-        trainer, workers = start_fleet(cfg, Path(tmp), n_workers)
+        trainer, workers = start_fleet(cfg, Path(tmp), n_workers, threads)
         nbytes = 4 * ray.get(workers[0].num_parameters.remote())  # float32
         try:
             for kind in transports:
@@ -122,20 +121,21 @@ def table(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10,100,500", help="model sizes in millions of parameters")
-    ap.add_argument("--transports", default="ray,broadcast,monarch")
+    ap.add_argument("--transports", default="shm,ray,broadcast,monarch")
     ap.add_argument("--workers", type=int, default=1, help="rollout engines to update")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads per actor (the default job's num_cpus)")
     args = ap.parse_args()
     ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
     rows: list[dict] = []
     version = [0]
     try:
         for size in (int(s) for s in args.sizes.split(",")):
-            rows += bench_size(size, args.transports.split(","), args.workers, args.repeats, version)
+            rows += bench_size(size, args.transports.split(","), args.workers, args.repeats, version, args.threads)
     finally:
         ray.shutdown()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"rows": rows, "cpus": os.cpu_count(), "workers": args.workers}, indent=2))
+    RESULTS.write_text(json.dumps({"rows": rows, "cpus": os.cpu_count(), "workers": args.workers, "threads": args.threads}, indent=2))
     print(table(rows))
 
 

@@ -60,7 +60,8 @@ class RolloutWorker:
         from rlsvc.weight_sync.endpoints import open_endpoint
 
         self.ws_endpoint = open_endpoint(kind, "rollout", self.engine, *args)
-        return True
+        info = getattr(self.ws_endpoint, "info", None)
+        return info() if info is not None else True
 
     def ws_call(self, method: str, *args: Any) -> Any:
         return getattr(self.ws_endpoint, method)(*args)
@@ -126,8 +127,8 @@ class TrainerWorker:
         self.publisher.bucket_bytes, self.publisher.verify = bucket_bytes, verify
         return True
 
-    def ws_stage(self, version: int) -> Any:
-        return self.publisher.stage(version)
+    def ws_stage(self, version: int, lazy: bool = False) -> Any:
+        return self.publisher.stage(version, lazy)
 
     def ws_stream(self, version: int) -> Iterator[Any]:
         """Ray streaming generator: the manifest, then each bucket as soon as it is ready, so the
@@ -141,14 +142,11 @@ class TrainerWorker:
         from rlsvc.weight_sync.endpoints import open_endpoint
 
         self.ws_endpoint = open_endpoint(kind, "trainer", self.publisher, *args)
-        return True
+        info = getattr(self.ws_endpoint, "info", None)
+        return info() if info is not None else True
 
     def ws_call(self, method: str, *args: Any) -> Any:
         return getattr(self.ws_endpoint, method)(*args)
-
-    def ws_call_stream(self, method: str, *args: Any) -> Iterator[Any]:
-        """Ray streaming generator over an endpoint's generator method."""
-        yield from getattr(self.ws_endpoint, method)(*args)
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

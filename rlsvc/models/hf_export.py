@@ -28,17 +28,39 @@ def _adapter(cfg: ModelConfig):
     return Llama3StateDictAdapter(titan_config(cfg), hf_assets_path=None)
 
 
-def to_hf_state_dict(titan_sd: dict[str, torch.Tensor], cfg: ModelConfig, copy: bool = True) -> dict[str, torch.Tensor]:
+def _permuted_view(w: torch.Tensor, n_heads: int, dim1: int | None = None, dim2: int | None = None) -> torch.Tensor:
+    """TorchTitan's q/k RoPE permutation as a 4-D view (no copy); `hf_shape` gives its HF shape.
+    The adapter's own version reshapes and clones (two copies of every q/k weight)."""
+    dim1 = w.shape[0] if dim1 is None else dim1
+    dim2 = w.shape[1] if dim2 is None else dim2
+    return w.view(n_heads, dim1 // n_heads // 2, 2, dim2).transpose(1, 2)
+
+
+def hf_shape(t: torch.Tensor) -> tuple[int, ...]:
+    """The HF shape of a tensor from `to_hf_state_dict(..., lazy_permute=True)`."""
+    if t.dim() == 4:
+        return (t.shape[0] * t.shape[1] * t.shape[2], t.shape[3])
+    return tuple(t.shape)
+
+
+def to_hf_state_dict(
+    titan_sd: dict[str, torch.Tensor], cfg: ModelConfig, copy: bool = True, lazy_permute: bool = False
+) -> dict[str, torch.Tensor]:
     """TorchTitan names/layout -> HF Llama names/layout, as contiguous CPU float32 COPIES.
 
     Copies: unpermuted tensors would otherwise alias the live parameters, and a snapshot sent to
     vLLM or the reference model must not change when the optimiser steps. `copy=False` is for
     callers that copy anyway (a weight-sync transport packing its own buffer): tensors that need
-    no permutation are then the live parameters themselves, detached.
+    no permutation are then the live parameters themselves, detached. `lazy_permute=True` (with
+    copy=False) leaves permuted q/k weights as 4-D views of the parameters (see `hf_shape`), for
+    a transport that writes them to their destination in one strided copy.
     """
-    hf_sd = _adapter(cfg).to_hf(dict(titan_sd))
+    adapter = _adapter(cfg)
+    if lazy_permute:
+        adapter._permute = _permuted_view  # type: ignore[method-assign]
+    hf_sd = adapter.to_hf(dict(titan_sd))
     if not copy:
-        return {k: v.detach().contiguous() for k, v in hf_sd.items()}
+        return {k: v.detach() if v.dim() == 4 else v.detach().contiguous() for k, v in hf_sd.items()}
     return {k: v.detach().to("cpu", torch.float32, copy=True).contiguous() for k, v in hf_sd.items()}
 
 

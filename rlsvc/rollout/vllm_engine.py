@@ -90,6 +90,18 @@ def _rpc_after_load(worker: Any) -> None:
     process_weights_after_loading(runner.get_model(), runner.model_config, runner.device)
 
 
+def _rpc_share_parameters(worker: Any, path: str, create: bool) -> torch.Tensor:
+    from rlsvc.rollout.shared_weights import share_parameters
+
+    return share_parameters(worker.model_runner.get_model(), path, create)
+
+
+def _rpc_copy_plan(worker: Any, flat: torch.Tensor, specs: list) -> Any:
+    from rlsvc.rollout.shared_weights import copy_plan
+
+    return copy_plan(worker.model_runner.get_model(), flat, specs)
+
+
 def _rpc_num_parameters(worker: Any) -> int:
     return sum(p.numel() for p in worker.model_runner.get_model().parameters())
 
@@ -136,6 +148,8 @@ class VLLMEngine:
         self._pending: Manifest | None = None
         self._digest: Digest | None = None
         self._load_s = 0.0
+        self._direct = False  # the pending update is written into shared weights by the trainer
+        self._shared: tuple[torch.Tensor, Any] | None = None  # (shared weight file, copy plan)
         # vLLM's reload only *logs* weights it did not receive; an RL step must not silently
         # keep stale tensors, so updates are checked against the checkpoint's names up front.
         self._expected_keys = _checkpoint_keys(model_dir)
@@ -210,7 +224,17 @@ class VLLMEngine:
 
     # ---- weight updates: begin (manifest) -> load (buckets, streamed) -> finish --------------
 
-    def begin_update(self, manifest: Manifest) -> None:
+    def share_weights(self, path: str, create: bool) -> tuple[int, Any]:
+        """Move the live weights into the shared file at `path` (rlsvc/rollout/shared_weights.py);
+        returns its size and the copy plan a trainer needs to write into it."""
+        from rlsvc.rollout.shared_weights import checkpoint_specs
+
+        (flat,) = self.llm.collective_rpc(_rpc_share_parameters, args=(path, create))
+        (plan,) = self.llm.collective_rpc(_rpc_copy_plan, args=(flat, checkpoint_specs(self.model_dir)))
+        self._shared = (flat, plan)
+        return flat.numel(), plan
+
+    def begin_update(self, manifest: Manifest, direct: bool = False) -> None:
         """Check a new version before any live weight changes: it must be newer than what the
         engine holds (versions only move forward; a worker that missed some jumps straight to the
         newest) and it must carry every tensor of the checkpoint (vLLM only *logs* missing ones)."""
@@ -221,7 +245,9 @@ class VLLMEngine:
             raise ValueError(
                 f"weight update to version {manifest.version} lacks {len(missing)} checkpoint tensors, e.g. {sorted(missing)[:3]}"
             )
-        self._pending, self._digest, self._load_s = manifest, Digest(), 0.0
+        if direct and self._shared is None:
+            raise RuntimeError("a direct weight update needs share_weights() first")
+        self._pending, self._digest, self._load_s, self._direct = manifest, Digest(), 0.0, direct
 
     def load_tensors(self, items: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy one bucket (or a lazy stream of them) into the live weights, hashing as it goes."""
@@ -249,6 +275,12 @@ class VLLMEngine:
         # no request is running and the reset can only fail if that assumption breaks.
         if not self.llm.reset_prefix_cache():
             raise RuntimeError(f"weight update to version {manifest.version}: prefix cache reset refused (requests in flight?)")
+        if manifest.digest and self._direct:  # hash what the shared weights now hold
+            from rlsvc.rollout.shared_weights import read_plan
+
+            flat, plan = self._shared
+            for name, tensor in read_plan(flat, plan, (s.name for s in manifest.specs)):
+                digest.update(name, tensor)
         self._pending = self._digest = None
         received = digest.hexdigest() if manifest.digest else ""
         if manifest.digest and received != manifest.digest:

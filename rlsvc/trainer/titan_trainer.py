@@ -269,17 +269,17 @@ class TitanTrainer(_PolicyBase):
 
     # ---- weights ------------------------------------------------------------------------------
 
-    def hf_state_dict(self, copy: bool = True) -> dict[str, torch.Tensor]:
+    def hf_state_dict(self, copy: bool = True, lazy_permute: bool = False) -> dict[str, torch.Tensor]:
         """Full weights in HF Llama names, contiguous CPU float32. With FSDP, rank 0 gets the dict
         and the other ranks an empty one (all ranks must call). `copy=False`: see
         `to_hf_state_dict` (on one rank, unpermuted tensors are the live parameters)."""
         if not self.sharded:
-            return to_hf_state_dict(self.model.state_dict(), self.cfg, copy=copy)
+            return to_hf_state_dict(self.model.state_dict(), self.cfg, copy=copy, lazy_permute=lazy_permute and not copy)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         # the gather already produces fresh CPU tensors, so no second copy is needed
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return to_hf_state_dict(full, self.cfg, copy=False) if self.rank == 0 else {}
+        return to_hf_state_dict(full, self.cfg, copy=False, lazy_permute=lazy_permute) if self.rank == 0 else {}
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load full HF-named weights; with FSDP every rank passes the same full dict."""

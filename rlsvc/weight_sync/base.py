@@ -67,9 +67,9 @@ def unavailable_reason(kind: str) -> str | None:
     if kind == "monarch" and importlib.util.find_spec("monarch") is None:
         return "weight_sync.type=monarch needs torchmonarch (pip install torchmonarch==0.7.0)"
     if kind == "torchstore":
-        from rlsvc.weight_sync.torchstore import unavailable_reason as torchstore_reason
+        from rlsvc.weight_sync.availability import torchstore_unavailable_reason
 
-        return torchstore_reason()
+        return torchstore_unavailable_reason()
     return None
 
 

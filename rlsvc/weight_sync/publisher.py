@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from rlsvc.models.hf_export import hf_shape
 from rlsvc.weight_sync.manifest import Manifest, build_manifest, digest_tensors, views
 
 
@@ -28,7 +29,7 @@ class WeightPublisher:
     def is_source(self) -> bool:
         return self.trainer.rank == 0
 
-    def stage(self, version: int) -> Manifest | None:
+    def stage(self, version: int, lazy: bool = False) -> Manifest | None:
         """Gather version `version`; older staged versions are dropped. Rank 0 returns the manifest.
 
         The tensors kept here may alias live parameters (no copy on one rank): each transport
@@ -37,15 +38,18 @@ class WeightPublisher:
         if self.manifest is not None and version <= self.manifest.version:
             raise ValueError(f"stage(version={version}): version {self.manifest.version} was already published")
         t0 = time.perf_counter()
-        tensors = self.trainer.hf_state_dict(copy=False)
+        # lazy: permuted q/k weights stay views (`raw`), written to their destination in one copy
+        tensors = self.trainer.hf_state_dict(copy=False, lazy_permute=lazy)
         t1 = time.perf_counter()
         if not self.is_source:
             return None
-        manifest = build_manifest(version, tensors, self.bucket_bytes)
+        self.manifest, self._tensors = None, tensors
+        shapes = {k: torch.empty(hf_shape(v), dtype=v.dtype, device="meta") for k, v in tensors.items()}
+        manifest = build_manifest(version, shapes, self.bucket_bytes)
         if self.verify:
-            manifest.digest = digest_tensors((s.name, tensors[s.name]) for s in manifest.specs)
+            manifest.digest = digest_tensors((s.name, self._hf(s.name)) for s in manifest.specs)
         manifest.timings = {"gather_s": t1 - t0, "digest_s": time.perf_counter() - t1}
-        self.manifest, self._tensors = manifest, tensors
+        self.manifest = manifest
         return manifest
 
     def _require(self) -> Manifest:
@@ -53,9 +57,27 @@ class WeightPublisher:
             raise RuntimeError("nothing staged: call stage(version) first")
         return self.manifest
 
+    def _hf(self, name: str) -> torch.Tensor:
+        t = self._tensors[name]
+        return t.reshape(hf_shape(t)) if t.dim() == 4 else t
+
+    def tensor(self, name: str) -> torch.Tensor:
+        """The staged tensor in its HF shape."""
+        self._require()
+        return self._hf(name)
+
+    def raw(self, name: str) -> torch.Tensor:
+        """The staged tensor as gathered (a permuted q/k weight may be a 4-D view, see `stage`)."""
+        self._require()
+        return self._tensors[name]
+
+    def flat_buffer(self, slot: int = 0) -> torch.Tensor:
+        """The slot's buffer as last packed by `flat` (no copy)."""
+        return self._flats[slot]
+
     def bucket(self, i: int) -> dict[str, torch.Tensor]:
         m = self._require()
-        return {m.specs[j].name: self._tensors[m.specs[j].name] for j in m.buckets[i]}
+        return {m.specs[j].name: self._hf(m.specs[j].name) for j in m.buckets[i]}
 
     def buckets(self) -> Iterator[dict[str, torch.Tensor]]:
         for i in range(len(self._require().buckets)):
@@ -70,5 +92,6 @@ class WeightPublisher:
         if flat is None or flat.numel() != m.total_bytes:
             flat = self._flats[slot] = torch.empty(m.total_bytes, dtype=torch.uint8)
         for name, dst in views(flat, m.specs):
-            dst.copy_(self._tensors[name])
+            raw = self._tensors[name]
+            (dst.view(raw.shape) if raw.dim() == 4 else dst).copy_(raw)
         return flat

@@ -1,21 +1,18 @@
-"""Weights through one shared-memory buffer per node: the fastest path when trainer rank 0 and
-the rollout workers share a machine (a laptop, one GPU box).
+"""Weights written once, by the trainer, straight into the memory the engines compute with.
 
-This is what the object store does on one node, minus its per-version cost: every Ray `put`
-lands in freshly allocated object memory and every reader maps it anew, so most of the time goes
-to page faults (measured: about 1 GB/s for a 107M model). Here the trainer packs each version
-into the same file under /dev/shm (mapped once, pages already resident), streaming a bucket
-index to the driver as soon as the bucket is packed; each worker copies that bucket from its own
-mapping of the file straight into its live engine. Two copies per byte, overlapped. Two slots
-keep version v readable while v+1 is packed.
+For trainer rank 0 and rollout workers on one node (a laptop, one GPU box). At set-up the first
+engine moves its live parameters into a file under /dev/shm and the others map the same file
+(rlsvc/rollout/shared_weights.py), and the engine reports where vLLM puts each checkpoint tensor
+(its own `load_weights`, run on probe tensors, decides). A push is then: workers mark the update
+pending (generation refused), trainer rank 0 copies each tensor to its place in the file (the
+one copy of every byte), workers run vLLM's post-load step and check the digest of what they now
+serve. On GPUs the same shape is CUDA IPC between colocated processes.
 """
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,67 +20,56 @@ import ray
 import torch
 
 from rlsvc.weight_sync.base import Staged, WeightSync
-from rlsvc.weight_sync.manifest import Manifest, views
+from rlsvc.weight_sync.manifest import views
 
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
 
 
-def _mapping(path: Path, nbytes: int) -> torch.Tensor:
-    return torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
-
-
 class ShmSender:
-    def __init__(self, publisher: Any) -> None:
+    def __init__(self, publisher: Any, path: str, size: int, plan: Any) -> None:
+        from rlsvc.rollout.shared_weights import apply_plan
+
         self.publisher = publisher
-        self.stem = f"rlsvc-weights-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.maps: dict[int, torch.Tensor] = {}
+        self.path, self.plan, self._apply = Path(path), plan, apply_plan
+        self.flat = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
+        self.snapshot_version = -1
 
-    def name(self) -> str:
-        return self.stem
+    def snapshot(self) -> float:
+        """Copy the staged version aside (the asynchronous loop's stage: the trainer may step again)."""
+        t0 = time.perf_counter()
+        self.publisher.flat(0)
+        self.snapshot_version = self.publisher.manifest.version
+        return time.perf_counter() - t0
 
-    def path(self, slot: int) -> Path:
-        return SHM_DIR / f"{self.stem}-{slot}"
-
-    def pack_stream(self) -> Iterator[tuple[int, int]]:
-        """Pack the staged version bucket by bucket; yields (slot, bucket index) as each is ready."""
-        m: Manifest = self.publisher.manifest
-        slot = m.version % 2
-        flat = self.maps.get(slot)
-        if flat is None or flat.numel() != m.total_bytes:
-            flat = self.maps[slot] = _mapping(self.path(slot), m.total_bytes)
-        tensors = self.publisher.bucket
-        for i, bucket in enumerate(m.buckets):
-            start = m.bucket_bytes(i)[0]
-            src = tensors(i)
-            for name, dst in views(flat[start:], (m.specs[j] for j in bucket), base=start):
-                dst.copy_(src[name])
-            yield slot, i
+    def write(self, version: int, from_snapshot: bool) -> float:
+        """Copy version `version` into the engines' shared weights (they are paused)."""
+        t0 = time.perf_counter()
+        m = self.publisher.manifest
+        if from_snapshot:
+            if self.snapshot_version != version:
+                raise RuntimeError(f"snapshot holds version {self.snapshot_version}, not {version}")
+            tensors = dict(views(self.publisher.flat_buffer(0), m.specs))
+        else:
+            if m.version != version:
+                raise RuntimeError(f"staged version is {m.version}, not {version}")
+            tensors = {s.name: self.publisher.raw(s.name) for s in m.specs}
+        self._apply(self.flat, self.plan, tensors)
+        return time.perf_counter() - t0
 
     def close(self) -> None:
-        self.maps.clear()
-        for slot in (0, 1):
-            self.path(slot).unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)  # the engines keep their mappings
 
 
 class ShmReceiver:
-    def __init__(self, engine: Any, stem_dir: str, stem: str) -> None:
+    def __init__(self, engine: Any, path: str, create: bool) -> None:
         self.engine = engine
-        self.dir, self.stem = Path(stem_dir), stem
-        self.maps: dict[int, torch.Tensor] = {}
-        self.manifest: Manifest | None = None
+        self.size, self.plan = engine.share_weights(path, create)
 
-    def begin(self, manifest: Manifest) -> None:
-        self.engine.begin_update(manifest)
-        self.manifest = manifest
+    def info(self) -> tuple[int, Any]:
+        return self.size, self.plan
 
-    def load(self, slot_bucket: tuple[int, int]) -> None:
-        slot, i = slot_bucket
-        m = self.manifest
-        flat = self.maps.get(slot)
-        if flat is None or flat.numel() != m.total_bytes:
-            flat = self.maps[slot] = _mapping(self.dir / f"{self.stem}-{slot}", m.total_bytes)
-        start = m.bucket_bytes(i)[0]
-        self.engine.load_tensors(views(flat[start:], (m.specs[j] for j in m.buckets[i]), base=start))
+    def begin(self, manifest: Any) -> None:
+        self.engine.begin_update(manifest, direct=True)
 
 
 class ShmSync(WeightSync):
@@ -91,45 +77,33 @@ class ShmSync(WeightSync):
         super().__init__(trainers, rollout_workers, **kwargs)
         nodes = set(ray.get([a.node_id.remote() for a in [trainers[0], *rollout_workers]]))
         if len(nodes) > 1:
-            raise ValueError("weight_sync.type=shm needs trainer rank 0 and every rollout worker on one node; use ray, broadcast or monarch across nodes")
-        ray.get(trainers[0].ws_open.remote("shm"))
-        stem = ray.get(trainers[0].ws_call.remote("name"))
-        ray.get([w.ws_open.remote("shm", str(SHM_DIR), stem) for w in rollout_workers])
+            raise ValueError("weight_sync.type=shm needs trainer rank 0 and every rollout worker on one node; use monarch, ray or broadcast across nodes")
+        path = str(SHM_DIR / f"rlsvc-weights-{uuid.uuid4().hex[:12]}")
+        size, plan = ray.get(rollout_workers[0].ws_open.remote("shm", path, True))
+        ray.get([w.ws_open.remote("shm", path, False) for w in rollout_workers[1:]])
+        ray.get(trainers[0].ws_open.remote("shm", path, size, plan))
 
-    def _stage_manifest(self, version: int) -> Manifest:
-        return ray.get([t.ws_stage.remote(version) for t in self.trainers])[0]
-
-    def _apply(self, manifest: Manifest, buckets: Any) -> dict[str, float]:
-        """Workers copy each packed (slot, bucket) into their engines; `buckets` may be a live
-        Ray generator (packing and loading overlap) or the list from an earlier `stage`."""
+    def _write(self, manifest: Any, from_snapshot: bool) -> dict[str, float]:
         t0 = time.perf_counter()
-        begins = [w.ws_call.remote("begin", manifest) for w in self.workers]
-        loads = [w.ws_call.remote("load", ref) for ref in buckets for w in self.workers]
-        t_packed = time.perf_counter()
-        ray.get(begins)
-        ray.get(loads)
+        ray.get([w.ws_call.remote("begin", manifest) for w in self.workers])
+        write_s = ray.get(self.trainers[0].ws_call.remote("write", manifest.version, from_snapshot))
         results = ray.get([w.finish_update.remote() for w in self.workers])
-        return {"sync/transfer_s": t_packed - t0, "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}
-
-    def _pack(self) -> Any:
-        return self.trainers[0].ws_call_stream.options(num_returns="streaming").remote("pack_stream")
+        return {"sync/transfer_s": write_s, "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}
 
     def stage(self, version: int) -> Staged:
-        """Gather and pack the whole version (the asynchronous loop's snapshot: the optimiser may
-        step once this returns)."""
         t0 = time.perf_counter()
-        manifest = self._stage_manifest(version)
-        packed = ray.get(list(self._pack()))
-        return Staged(manifest, packed, {"sync/gather_s": manifest.timings["gather_s"], "sync/stage_s": time.perf_counter() - t0})
+        manifest = ray.get([t.ws_stage.remote(version) for t in self.trainers])[0]
+        pack_s = ray.get(self.trainers[0].ws_call.remote("snapshot"))
+        return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
 
     def apply(self, staged: Staged) -> dict[str, float]:
-        return self._apply(staged.manifest, staged.handles)
+        return self._write(staged.manifest, from_snapshot=True)
 
     def push(self, version: int) -> dict[str, float]:
-        """Synchronous: pack bucket i+1 while the workers load bucket i."""
+        """Synchronous: the trainer is idle, so it writes from its live parameters (one copy)."""
         t0 = time.perf_counter()
-        manifest = self._stage_manifest(version)
-        out = self._apply(manifest, self._pack())
+        manifest = ray.get([t.ws_stage.remote(version, True) for t in self.trainers])[0]
+        out = self._write(manifest, from_snapshot=False)
         return {"sync/gather_s": manifest.timings["gather_s"], **out, "sync/total_s": time.perf_counter() - t0}
 
     def close(self) -> None:

@@ -1,40 +1,140 @@
-"""TorchStore (meta-pytorch/torchstore) as a transport: `put_state_dict` on the trainer,
-`get_state_dict` into a preallocated dict on each rollout worker, keyed by version.
-
-Availability is decided here, without importing torch, so config validation can refuse the
-choice with the exact reason before a cluster starts.
+"""TorchStore (meta-pytorch/torchstore) as a transport: `put_state_dict` of each version under
+its versioned key on trainer rank 0 (which hosts the store), `get_state_dict` into preallocated
+tensors on each rollout worker, then the usual in-place engine load. Used only where an installed
+TorchStore works with this Monarch (see availability.py); the processes join Monarch in place,
+as for the `monarch` transport.
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
+import asyncio
+import threading
+import time
+from typing import Any
 
-SOURCE_HINT = (
-    "install TorchStore from source (github.com/meta-pytorch/torchstore, commit 5a4d5d3 or later: "
-    "pip install --no-deps <checkout> pygtrie portpicker)"
-)
+import ray
+import torch
+
+from rlsvc.weight_sync.base import Staged, WeightSync
+from rlsvc.weight_sync.manifest import KEY_PREFIX
+from rlsvc.weight_sync.monarch_rdma import join_monarch
+
+STORE = "rlsvc_weights"
 
 
-def _version(dist: str) -> str:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+class _Loop:
+    """TorchStore's API is async; our actors are not. One event loop on a thread per process."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="rlsvc-torchstore", daemon=True).start()
+
+    def run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout=600)
 
 
-def unavailable_reason() -> str | None:
-    torch_v, monarch_v = _version("torch"), _version("torchmonarch")
-    if importlib.util.find_spec("torchstore") is None:
-        return (
-            f"weight_sync.type=torchstore: TorchStore is not installed. PyPI's latest (0.1.2) pins torch==2.9.0 and "
-            f"torchmonarch==0.1.2 (here: torch {torch_v}, torchmonarch {monarch_v}) and its controller fails on "
-            f"torchmonarch>=0.5 ('mixes both async and sync endpoints'); {SOURCE_HINT}"
-        )
-    ts_v = _version("torchstore")
-    if ts_v in ("0.1.0", "0.1.1", "0.1.2"):
-        return (
-            f"weight_sync.type=torchstore: torchstore {ts_v} does not work with torchmonarch {monarch_v} (its controller "
-            f"mixes sync and async endpoints, which Monarch>=0.5 rejects); {SOURCE_HINT}"
-        )
-    return None
+def _key(version: int) -> str:
+    """The state dict's key: its tensors are stored as `policy_ver_{v:010d}/{param}`."""
+    return f"{KEY_PREFIX}{version:010d}"
+
+
+class TorchStoreSender:
+    """Hosts the store (controller and storage volume) in trainer rank 0's process; the
+    controller handle goes to the workers through Ray, which is how TorchStore's own SPMD mode
+    shares a store between processes it did not spawn."""
+
+    def __init__(self, publisher: Any) -> None:
+        join_monarch()
+        self.publisher = publisher
+        self.loop = _Loop()
+        self.previous: tuple[int, list[str]] | None = None
+
+        async def start():  # noqa: ANN202
+            import torchstore as ts
+            from monarch.actor import get_or_spawn_controller
+            from torchstore.controller import Controller
+
+            await ts.initialize(strategy=ts.ControllerStorageVolumes(), store_name=STORE)
+            return await get_or_spawn_controller(STORE, Controller)
+
+        self.controller = self.loop.run(start())
+
+    def info(self) -> Any:
+        return self.controller
+
+    def put(self) -> float:
+        """put_state_dict of the staged version under its versioned key; the previous one is deleted."""
+        import torchstore as ts
+
+        t0 = time.perf_counter()
+        m = self.publisher.manifest
+        tensors = {s.name: self.publisher.tensor(s.name).detach().contiguous() for s in m.specs}
+        self.loop.run(ts.put_state_dict(tensors, _key(m.version), store_name=STORE))
+        if self.previous is not None:
+            old, names = self.previous
+            self.loop.run(ts.delete_batch([f"{_key(old)}/{n}" for n in names] + [f"{_key(old)}/MAPPING"], store_name=STORE))
+        self.previous = (m.version, list(tensors))
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        import torchstore as ts
+
+        self.loop.run(ts.shutdown(STORE))
+
+
+class TorchStoreReceiver:
+    def __init__(self, engine: Any, controller: Any) -> None:
+        join_monarch()
+        self.engine = engine
+        self.loop = _Loop()
+        self.buffers: dict = {}
+
+        async def connect() -> None:
+            import torchstore.api as api
+            from torchstore.client import LocalClient
+
+            strategy = await controller.get_controller_strategy.call_one()
+            # TorchStore has no public "attach to this store" call; this is what its SPMD mode does
+            api._local_clent_map[STORE] = LocalClient(controller=controller, strategy=strategy)
+
+        self.loop.run(connect())
+
+    def pull(self, manifest: Any) -> dict:
+        import torchstore as ts
+
+        t0 = time.perf_counter()
+        for s in manifest.specs:  # preallocated once: get_state_dict fills them in place
+            if s.name not in self.buffers or tuple(self.buffers[s.name].shape) != s.shape:
+                self.buffers[s.name] = torch.empty(s.shape, dtype=s.dtype)
+        self.engine.begin_update(manifest)
+        got = self.loop.run(ts.get_state_dict(_key(manifest.version), user_state_dict=self.buffers, store_name=STORE))
+        t1 = time.perf_counter()
+        self.engine.load_tensors((s.name, got[s.name]) for s in manifest.specs)
+        out = self.engine.finish_update()
+        return {**out, "get_s": t1 - t0}
+
+
+class TorchStoreSync(WeightSync):
+    def __init__(self, trainers: list[Any], rollout_workers: list[Any], **kwargs: Any) -> None:
+        super().__init__(trainers, rollout_workers, **kwargs)
+        controller = ray.get(trainers[0].ws_open.remote("torchstore"))
+        ray.get([w.ws_open.remote("torchstore", controller) for w in rollout_workers])
+
+    def stage(self, version: int) -> Staged:
+        t0 = time.perf_counter()
+        manifest = ray.get([t.ws_stage.remote(version) for t in self.trainers])[0]
+        put_s = ray.get(self.trainers[0].ws_call.remote("put"))
+        return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/put_s": put_s, "sync/stage_s": time.perf_counter() - t0})
+
+    def apply(self, staged: Staged) -> dict[str, float]:
+        t0 = time.perf_counter()
+        results = ray.get([w.ws_call.remote("pull", staged.manifest) for w in self.workers])
+        return {"sync/transfer_s": max(r["get_s"] for r in results), "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}
+
+    def push(self, version: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        out = super().push(version)
+        return {**out, "sync/total_s": time.perf_counter() - t0}
+
+    def close(self) -> None:
+        ray.get(self.trainers[0].ws_call.remote("close"))

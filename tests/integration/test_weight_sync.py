@@ -63,11 +63,16 @@ def assert_serving_trainer_weights(trainers, workers, version: int) -> None:
         assert torch.allclose(trainer_lp, engine_lp, atol=1e-4), (trainer_lp, engine_lp)
 
 
-@pytest.mark.parametrize("kind", ["ray", "shm", "broadcast", "monarch"])
+@pytest.mark.parametrize("kind", ["ray", "shm", "broadcast", "monarch", "torchstore"])
 def test_transport_delivers_the_trainers_weights(fleet, kind) -> None:
-    from rlsvc.weight_sync.base import build_weight_sync
+    from rlsvc.weight_sync.base import build_weight_sync, unavailable_reason
 
     trainers, workers = fleet
+    reason = unavailable_reason(kind)
+    if reason:  # an optional transport that cannot run here must say why, before any actor call
+        with pytest.raises(ValueError, match="source"):
+            build_weight_sync(kind, trainers, workers)
+        return
     # 1 MB buckets: the 1.6 MB model goes in several buckets, exercising the streamed load
     sync = build_weight_sync(kind, trainers, workers, bucket_mb=1, verify=True)
     try:
@@ -120,7 +125,7 @@ def test_a_worker_that_missed_versions_jumps_to_the_latest(fleet) -> None:
 def test_torchstore_is_refused_with_the_reason_or_works() -> None:
     """TorchStore is optional: where it is not usable, config validation names why."""
     from rlsvc.config import ConfigError, load_config
-    from rlsvc.weight_sync.torchstore import unavailable_reason
+    from rlsvc.weight_sync.availability import torchstore_unavailable_reason as unavailable_reason
 
     reason = unavailable_reason()
     if reason is None:

@@ -174,3 +174,24 @@ def test_train_step_with_allowed_tokens_stays_finite() -> None:
     metrics = trainer.train_step(batch, kl_coef=0.1, allowed_token_ids=allowed)
     assert all(math.isfinite(v) for v in metrics.values()), metrics
     assert all(torch.isfinite(v).all() for v in trainer.hf_state_dict().values())
+
+
+def test_lazy_permuted_export_matches_the_copied_one():
+    """The zero-copy q/k views hold exactly the HF tensors, in order, and alias the parameters."""
+    import torch
+
+    from rlsvc.models.hf_export import hf_shape, to_hf_state_dict
+    from rlsvc.models.titan import ModelConfig, build_model
+
+    cfg = ModelConfig()
+    model = build_model(cfg, seed=3)
+    copied = to_hf_state_dict(model.state_dict(), cfg)
+    lazy = to_hf_state_dict(model.state_dict(), cfg, copy=False, lazy_permute=True)
+    assert copied.keys() == lazy.keys()
+    permuted = [k for k, v in lazy.items() if v.dim() == 4]
+    assert permuted and all("q_proj" in k or "k_proj" in k for k in permuted)
+    for k, v in lazy.items():
+        assert hf_shape(v) == tuple(copied[k].shape)
+        assert torch.equal(v.reshape(hf_shape(v)), copied[k])
+    live = {p.data_ptr() for p in model.parameters()}
+    assert all(v.data_ptr() in live for v in lazy.values())
