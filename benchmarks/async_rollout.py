@@ -7,7 +7,7 @@ evaluation excluded) and the final greedy return over 20,000 held-out deals.
 
     python benchmarks/async_rollout.py [--steps 150] [--latency-ms 50] [--staleness 1]
 
-Results: a Markdown table on stdout and benchmarks/results/async_rollout.json.
+Results: a Markdown table on stdout and benchmarks/results/async_rollout_<label>.json.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results" / "async_rollout.json"
+RESULTS = Path(__file__).parent / "results"
 
 
 def run_job(name: str, overrides: list[str], out: Path) -> dict:
@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=50.0)
     ap.add_argument("--staleness", type=int, default=1)
     ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides for both runs")
+    ap.add_argument("--label", default="default", help="results go to results/async_rollout_<label>.json")
     args = ap.parse_args()
     common = [f"run.steps={args.steps}", "run.time_budget_minutes=600", f"env.step_latency_ms={args.latency_ms}", *args.extra]
     modes = {
@@ -49,8 +50,8 @@ def main() -> None:
             rows[mode] = {k: r[k] for k in ("steps", "train_s", "episodes_per_s", "total_s", "startup_s")} | {"eval_mean_return": r["eval"].get("mean_return")}
     sync, async_ = rows["sync"], rows[f"async_k{args.staleness}"]
     summary = {"speedup": async_["episodes_per_s"] / sync["episodes_per_s"], "return_diff": async_["eval_mean_return"] - sync["eval_mean_return"]}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"args": vars(args), "rows": rows, **summary}, indent=2))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"async_rollout_{args.label}.json").write_text(json.dumps({"args": vars(args), "rows": rows, **summary}, indent=2))
     print("| mode | steps | train s | episodes/s | final greedy return (20k deals) |\n|---|---|---|---|---|")
     for mode, r in rows.items():
         print(f"| {mode} | {r['steps']} | {r['train_s']:.0f} | {r['episodes_per_s']:.1f} | {r['eval_mean_return']:+.4f} |")

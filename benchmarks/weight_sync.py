@@ -98,6 +98,8 @@ def bench_size(millions: int, transports: list[str], n_workers: int, repeats: in
                 rows.append(row)
                 print(f"  {row['params_m']:.0f}M {kind}: {med['sync/total_s']:.3f}s ({row['gb_per_s']:.2f} GB/s, {row['ratio_to_memcpy']:.0%} of memcpy)", flush=True)
         finally:
+            # close first: a killed process leaves its torch shared-memory segments in /dev/shm
+            ray.get([a.close.remote() for a in [trainer, *workers]])
             for a in [trainer, *workers]:
                 ray.kill(a)
     return rows
@@ -135,7 +137,11 @@ def main() -> None:
     finally:
         ray.shutdown()
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps({"rows": rows, "cpus": os.cpu_count(), "workers": args.workers, "threads": args.threads}, indent=2))
+    # rows from earlier runs stay unless this run measured the same (size, transport)
+    kept = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
+    fresh = {(round(r["params_m"]), r["transport"]) for r in rows}
+    merged = sorted([r for r in kept if (round(r["params_m"]), r["transport"]) not in fresh] + rows, key=lambda r: (r["params_m"], r["transport"]))
+    RESULTS.write_text(json.dumps({"rows": merged, "cpus": os.cpu_count(), "workers": args.workers, "threads": args.threads}, indent=2))
     print(table(rows))
 
 

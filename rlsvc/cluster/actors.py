@@ -30,8 +30,39 @@ def materialise(source: dict[str, Any]) -> str:
     return str(folder)
 
 
-class RolloutWorker:
+class _WeightSyncEndpoint:
+    """The actor half of a weight-sync transport (rlsvc/weight_sync/endpoints.py): open one
+    endpoint, forward calls to it, close it. `_ws_side` and `_ws_owner` say which half."""
+
+    _ws_side = ""
+    ws_endpoint: Any = None
+
+    def _ws_owner(self) -> Any:
+        raise NotImplementedError
+
+    def ws_open(self, kind: str, *args: Any) -> Any:
+        """Open the transport's endpoint; returns what the other side needs from it, if anything."""
+        from rlsvc.weight_sync.endpoints import open_endpoint
+
+        self.ws_close()
+        self.ws_endpoint = open_endpoint(kind, self._ws_side, self._ws_owner(), *args)
+        info = getattr(self.ws_endpoint, "info", None)
+        return info() if info is not None else True
+
+    def ws_call(self, method: str, *args: Any) -> Any:
+        return getattr(self.ws_endpoint, method)(*args)
+
+    def ws_close(self) -> None:
+        """Close the endpoint (files, registrations, stores, receive buffers)."""
+        endpoint, self.ws_endpoint = self.ws_endpoint, None
+        if endpoint is not None and hasattr(endpoint, "close"):
+            endpoint.close()
+
+
+class RolloutWorker(_WeightSyncEndpoint):
     """A vLLM engine; weights arrive in place through `update_weights`, never by a rebuild."""
+
+    _ws_side = "rollout"
 
     def __init__(self, source: dict[str, Any], engine_kwargs: dict[str, Any], sampling: dict[str, Any]) -> None:
         from rlsvc.rollout.vllm_engine import VLLMEngine
@@ -56,15 +87,8 @@ class RolloutWorker:
     def finish_update(self) -> dict[str, float | str]:
         return self.engine.finish_update()
 
-    def ws_open(self, kind: str, *args: Any) -> bool:
-        from rlsvc.weight_sync.endpoints import open_endpoint
-
-        self.ws_endpoint = open_endpoint(kind, "rollout", self.engine, *args)
-        info = getattr(self.ws_endpoint, "info", None)
-        return info() if info is not None else True
-
-    def ws_call(self, method: str, *args: Any) -> Any:
-        return getattr(self.ws_endpoint, method)(*args)
+    def _ws_owner(self) -> Any:
+        return self.engine
 
     def version(self) -> int:
         return self.engine.version
@@ -79,12 +103,15 @@ class RolloutWorker:
         return ray.get_runtime_context().get_node_id()
 
     def close(self) -> None:
+        self.ws_close()
         self.engine.close()
 
 
-class TrainerWorker:
+class TrainerWorker(_WeightSyncEndpoint):
     """One trainer rank. Set-up is a second call so all ranks can be created before any of them
     blocks in `init_process_group`."""
+
+    _ws_side = "trainer"
 
     def __init__(self, rank: int, world_size: int) -> None:
         _use_reserved_cores()
@@ -138,23 +165,19 @@ class TrainerWorker:
         if manifest is not None:
             yield from self.publisher.buckets()
 
-    def ws_open(self, kind: str, *args: Any) -> bool:
-        from rlsvc.weight_sync.endpoints import open_endpoint
+    def _ws_owner(self) -> Any:
+        return self.publisher
 
-        self.ws_endpoint = open_endpoint(kind, "trainer", self.publisher, *args)
-        info = getattr(self.ws_endpoint, "info", None)
-        return info() if info is not None else True
-
-    def ws_call(self, method: str, *args: Any) -> Any:
-        return getattr(self.ws_endpoint, method)(*args)
+    def ws_close(self) -> None:
+        super().ws_close()
+        if getattr(self, "publisher", None) is not None:
+            self.publisher.release()  # staging buffers
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
     def close(self) -> None:
-        endpoint = getattr(self, "ws_endpoint", None)
-        if endpoint is not None and hasattr(endpoint, "close"):
-            endpoint.close()  # e.g. the shared-memory transport's files
+        self.ws_close()  # e.g. the shared-memory transport's file
         if self.trainer is not None:
             self.trainer.close()
 

@@ -57,8 +57,11 @@ class WeightSync(ABC):
         staged = self.stage(version)
         return {**staged.timings, **self.apply(staged)}
 
-    def close(self) -> None:  # noqa: B027 (optional hook, most transports hold nothing)
-        """Release transport resources (process groups, registered buffers)."""
+    def close(self) -> None:
+        """Release transport resources on every actor (files, registered buffers, stores)."""
+        import ray
+
+        ray.get([t.ws_close.remote() for t in self.trainers] + [w.ws_close.remote() for w in self.workers])
 
 
 def unavailable_reason(kind: str) -> str | None:

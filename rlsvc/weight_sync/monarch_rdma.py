@@ -129,5 +129,3 @@ class MonarchSync(WeightSync):
         out = super().push(version)
         return {**out, "sync/total_s": time.perf_counter() - t0}
 
-    def close(self) -> None:
-        ray.get(self.trainers[0].ws_call.remote("close"))

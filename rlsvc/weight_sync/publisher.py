@@ -95,3 +95,8 @@ class WeightPublisher:
             raw = self._tensors[name]
             (dst.view(raw.shape) if raw.dim() == 4 else dst).copy_(raw)
         return flat
+
+    def release(self) -> None:
+        """Forget the staged version and free the packed buffers."""
+        self.manifest, self._tensors = None, {}
+        self._flats.clear()

@@ -106,5 +106,3 @@ class ShmSync(WeightSync):
         out = self._write(manifest, from_snapshot=False)
         return {"sync/gather_s": manifest.timings["gather_s"], **out, "sync/total_s": time.perf_counter() - t0}
 
-    def close(self) -> None:
-        ray.get(self.trainers[0].ws_call.remote("close"))

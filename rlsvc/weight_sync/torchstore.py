@@ -113,6 +113,12 @@ class TorchStoreReceiver:
         out = self.engine.finish_update()
         return {**out, "get_s": t1 - t0}
 
+    def close(self) -> None:
+        import torchstore as ts
+
+        ts.reset_client(STORE)  # the trainer owns the store
+        self.buffers.clear()
+
 
 class TorchStoreSync(WeightSync):
     def __init__(self, trainers: list[Any], rollout_workers: list[Any], **kwargs: Any) -> None:
@@ -136,5 +142,3 @@ class TorchStoreSync(WeightSync):
         out = super().push(version)
         return {**out, "sync/total_s": time.perf_counter() - t0}
 
-    def close(self) -> None:
-        ray.get(self.trainers[0].ws_call.remote("close"))
