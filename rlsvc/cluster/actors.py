@@ -32,20 +32,18 @@ def materialise(source: dict[str, Any]) -> str:
 
 class _WeightSyncEndpoint:
     """The actor half of a weight-sync transport (rlsvc/weight_sync/endpoints.py): open one
-    endpoint, forward calls to it, close it. `_ws_side` and `_ws_owner` say which half."""
+    endpoint, forward calls to it, close it. `_ws_side` and `_ws_owner_attr` say which half."""
 
     _ws_side = ""
+    _ws_owner_attr = ""  # the plain object the endpoint works on: "engine" or "publisher"
     ws_endpoint: Any = None
-
-    def _ws_owner(self) -> Any:
-        raise NotImplementedError
 
     def ws_open(self, kind: str, *args: Any) -> Any:
         """Open the transport's endpoint; returns what the other side needs from it, if anything."""
         from rlsvc.weight_sync.endpoints import open_endpoint
 
         self.ws_close()
-        self.ws_endpoint = open_endpoint(kind, self._ws_side, self._ws_owner(), *args)
+        self.ws_endpoint = open_endpoint(kind, self._ws_side, getattr(self, self._ws_owner_attr), *args)
         info = getattr(self.ws_endpoint, "info", None)
         return info() if info is not None else True
 
@@ -62,7 +60,7 @@ class _WeightSyncEndpoint:
 class RolloutWorker(_WeightSyncEndpoint):
     """A vLLM engine; weights arrive in place through `update_weights`, never by a rebuild."""
 
-    _ws_side = "rollout"
+    _ws_side, _ws_owner_attr = "rollout", "engine"
 
     def __init__(self, source: dict[str, Any], engine_kwargs: dict[str, Any], sampling: dict[str, Any]) -> None:
         from rlsvc.rollout.vllm_engine import VLLMEngine
@@ -87,9 +85,6 @@ class RolloutWorker(_WeightSyncEndpoint):
     def finish_update(self) -> dict[str, float | str]:
         return self.engine.finish_update()
 
-    def _ws_owner(self) -> Any:
-        return self.engine
-
     def version(self) -> int:
         return self.engine.version
 
@@ -111,7 +106,7 @@ class TrainerWorker(_WeightSyncEndpoint):
     """One trainer rank. Set-up is a second call so all ranks can be created before any of them
     blocks in `init_process_group`."""
 
-    _ws_side = "trainer"
+    _ws_side, _ws_owner_attr = "trainer", "publisher"
 
     def __init__(self, rank: int, world_size: int) -> None:
         _use_reserved_cores()
@@ -164,9 +159,6 @@ class TrainerWorker(_WeightSyncEndpoint):
         yield manifest
         if manifest is not None:
             yield from self.publisher.buckets()
-
-    def _ws_owner(self) -> Any:
-        return self.publisher
 
     def ws_close(self) -> None:
         super().ws_close()

@@ -17,6 +17,7 @@ returns its phases in seconds (gather, transfer, load) so the slow one is visibl
 from __future__ import annotations
 
 import importlib.util
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -54,8 +55,15 @@ class WeightSync(ABC):
         """Load `staged` into every rollout worker; returns when all of them serve it."""
 
     def push(self, version: int) -> dict[str, float]:
+        t0 = time.perf_counter()
         staged = self.stage(version)
-        return {**staged.timings, **self.apply(staged)}
+        return {**staged.timings, **self.apply(staged), "sync/total_s": time.perf_counter() - t0}
+
+    def _gather(self, version: int, lazy: bool = False) -> Manifest:
+        """Every trainer rank stages `version` (the FSDP gather is a collective); rank 0's manifest."""
+        import ray
+
+        return ray.get([t.ws_stage.remote(version, lazy) for t in self.trainers])[0]
 
     def close(self) -> None:
         """Release transport resources on every actor (files, registered buffers, stores)."""

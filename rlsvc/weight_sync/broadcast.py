@@ -85,9 +85,9 @@ class BroadcastSync(WeightSync):
 
     def stage(self, version: int) -> Staged:
         t0 = time.perf_counter()
-        manifests = ray.get([t.ws_stage.remote(version) for t in self.trainers])
+        manifest = self._gather(version)
         pack_s = ray.get(self.trainers[0].ws_call.remote("snapshot"))
-        return Staged(manifests[0], [], {"sync/gather_s": manifests[0].timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
+        return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
 
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -95,8 +95,3 @@ class BroadcastSync(WeightSync):
         results = ray.get([w.ws_call.remote("receive", staged.manifest) for w in self.workers])
         send_s = ray.get(send)
         return {"sync/transfer_s": send_s, "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}
-
-    def push(self, version: int) -> dict[str, float]:
-        t0 = time.perf_counter()
-        out = super().push(version)
-        return {**out, "sync/total_s": time.perf_counter() - t0}

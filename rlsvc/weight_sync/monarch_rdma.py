@@ -111,9 +111,9 @@ class MonarchSync(WeightSync):
 
     def stage(self, version: int) -> Staged:
         t0 = time.perf_counter()
-        manifests = ray.get([t.ws_stage.remote(version) for t in self.trainers])
+        manifest = self._gather(version)
         handles, pack_s = ray.get(self.trainers[0].ws_call.remote("snapshot"))
-        return Staged(manifests[0], handles, {"sync/gather_s": manifests[0].timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
+        return Staged(manifest, handles, {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
 
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()
@@ -123,9 +123,3 @@ class MonarchSync(WeightSync):
             "sync/load_s": max(r["load_s"] for r in results),
             "sync/apply_s": time.perf_counter() - t0,
         }
-
-    def push(self, version: int) -> dict[str, float]:
-        t0 = time.perf_counter()
-        out = super().push(version)
-        return {**out, "sync/total_s": time.perf_counter() - t0}
-

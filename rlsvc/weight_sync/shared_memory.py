@@ -92,7 +92,7 @@ class ShmSync(WeightSync):
 
     def stage(self, version: int) -> Staged:
         t0 = time.perf_counter()
-        manifest = ray.get([t.ws_stage.remote(version) for t in self.trainers])[0]
+        manifest = self._gather(version)
         pack_s = ray.get(self.trainers[0].ws_call.remote("snapshot"))
         return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
 
@@ -102,7 +102,7 @@ class ShmSync(WeightSync):
     def push(self, version: int) -> dict[str, float]:
         """Synchronous: the trainer is idle, so it writes from its live parameters (one copy)."""
         t0 = time.perf_counter()
-        manifest = ray.get([t.ws_stage.remote(version, True) for t in self.trainers])[0]
+        manifest = self._gather(version, lazy=True)
         out = self._write(manifest, from_snapshot=False)
         return {"sync/gather_s": manifest.timings["gather_s"], **out, "sync/total_s": time.perf_counter() - t0}
 

@@ -128,7 +128,7 @@ class TorchStoreSync(WeightSync):
 
     def stage(self, version: int) -> Staged:
         t0 = time.perf_counter()
-        manifest = ray.get([t.ws_stage.remote(version) for t in self.trainers])[0]
+        manifest = self._gather(version)
         put_s = ray.get(self.trainers[0].ws_call.remote("put"))
         return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/put_s": put_s, "sync/stage_s": time.perf_counter() - t0})
 
@@ -136,9 +136,3 @@ class TorchStoreSync(WeightSync):
         t0 = time.perf_counter()
         results = ray.get([w.ws_call.remote("pull", staged.manifest) for w in self.workers])
         return {"sync/transfer_s": max(r["get_s"] for r in results), "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}
-
-    def push(self, version: int) -> dict[str, float]:
-        t0 = time.perf_counter()
-        out = super().push(version)
-        return {**out, "sync/total_s": time.perf_counter() - t0}
-
