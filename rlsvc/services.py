@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,7 @@ class Services:
     generator: RayGenerator
     fleet: RayEnvFleet
     extra: dict[str, Any] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)
 
     def all_actors(self) -> list[Any]:
         ref = [self.reference] if self.reference is not None else []
@@ -46,11 +48,21 @@ class Services:
             log.warning("an actor did not close cleanly: %s", e)
         for actor in self.all_actors():
             ray.kill(actor)
+        # Actors are named by role (rlsvc-rollout-0, ...): a later job in this namespace may reuse
+        # the names only once the GCS has marked these dead.
+        deadline = time.time() + 30
+        for name in self.names:
+            while time.time() < deadline:
+                try:
+                    ray.get_actor(name)
+                except ValueError:
+                    break
+                time.sleep(0.1)
 
 
-def _actor(cls: type, place: Placement) -> Any:
-    """The constructor of `cls` as a Ray actor with its role's placement options."""
-    return ray.remote(cls).options(**place.options()).remote  # type: ignore[no-any-return]
+def _actor(cls: type, place: Placement, index: int = 0) -> Any:
+    """The constructor of `cls` as a Ray actor with its role's placement options and name."""
+    return ray.remote(cls).options(**place.options(index)).remote  # type: ignore[no-any-return]
 
 
 def start_services(cfg: Config, placement: dict[Role, Placement], model_source: dict[str, Any], sampling: dict[str, Any]) -> Services:
@@ -63,11 +75,12 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         "kv_cache_gb": cfg.rollout.kv_cache_gb,
         "enforce_eager": cfg.rollout.enforce_eager,
     }
-    rollout = [_actor(RolloutWorker, placement["rollout"])(model_source, engine_kwargs, sampling) for _ in range(cfg.rollout.num_workers)]
+    rollout = [_actor(RolloutWorker, placement["rollout"], i)(model_source, engine_kwargs, sampling) for i in range(cfg.rollout.num_workers)]
     n = cfg.trainer.num_ranks
-    trainers = [_actor(TrainerWorker, placement["trainer"])(rank, n) for rank in range(n)]
+    trainers = [_actor(TrainerWorker, placement["trainer"], rank)(rank, n) for rank in range(n)]
     reference = _actor(TrainerWorker, placement["reference"])(0, 1) if cfg.grpo.kl_coef > 0 else None
-    envs = [_actor(EnvWorker, placement["env"])(cfg.env.sessions_per_actor, cfg.env.step_latency_ms / 1000) for _ in range(cfg.env.num_actors)]
+    latency = cfg.env.step_latency_ms / 1000
+    envs = [_actor(EnvWorker, placement["env"], i)(cfg.env.sessions_per_actor, latency) for i in range(cfg.env.num_actors)]
     reward = _actor(RewardWorker, placement["reward"])(cfg.env.invalid_action_penalty)
     buffer = _actor(BufferWorker, placement["buffer"])(cfg.buffer.capacity, cfg.buffer.max_staleness)
     return Services(
@@ -79,4 +92,5 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         buffer=buffer,
         generator=RayGenerator(rollout),
         fleet=RayEnvFleet(envs, cfg.env.sessions_per_actor),
+        names=[p.options(i)["name"] for p in placement.values() for i in range(p.count)],
     )

@@ -19,6 +19,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", help="YAML config file (default: the built-in tiny BlackJack config)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the resolved config and the placement plan (actor -> node group, CPUs/GPUs) and exit; starts nothing")
     p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="dotted overrides, e.g. run.steps=50 grpo.kl_coef=0")
     return p
 
@@ -33,8 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
-    if args.print_config:
+    if args.print_config or args.dry_run:
         print(to_yaml(cfg), end="")
+    if args.dry_run:
+        from rlsvc.cluster.placement import describe
+
+        print(describe(cfg), end="")
+    if args.print_config or args.dry_run:
         return 0
     if cfg.model.source != "scratch":
         # Parsed and validated (configs/blackjack_qwen2.5_1.5b.yaml), but a pretrained tokenizer

@@ -1,7 +1,11 @@
 """Where each actor runs: Ray resource labels per node group, and the actor options that ask for them.
 
 Node groups advertise a custom resource (`rlsvc_gpu_node` / `rlsvc_cpu_node` by default); each
-actor asks for a sliver of its group's resource, so Ray places it on a node of that group.
+actor asks for a sliver of its group's resource, so Ray places it on a node of that group. The
+KubeRay manifests (kuberay/) and the cluster-launcher config (ray_cluster.yaml) advertise the same
+names; tests/unit/test_deploy_manifests.py holds them to this plan.
+
+This module imports neither torch nor Ray: `--dry-run` prints the plan without a cluster.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from rlsvc.config import Config
 log = logging.getLogger(__name__)
 
 Role = Literal["rollout", "trainer", "reference", "env", "reward", "buffer"]
+NodeGroup = Literal["gpu", "cpu"]
+ROLES: tuple[Role, ...] = ("rollout", "trainer", "reference", "env", "reward", "buffer")
 GPU_GROUP_ROLES = {"rollout", "trainer", "reference"}
 LABEL_SLICE = 0.001  # a label is a membership test, not a capacity
 
@@ -23,25 +29,44 @@ LABEL_SLICE = 0.001  # a label is a membership test, not a capacity
 @dataclass(frozen=True)
 class Placement:
     role: Role
-    node_group: Literal["gpu", "cpu"]
+    node_group: NodeGroup
     num_cpus: float
     num_gpus: float
     resource: str | None
+    count: int = 1
+    """How many actors of this role the job starts."""
 
-    def options(self) -> dict:
+    def options(self, index: int | None = None) -> dict:
         # torch/vLLM size their thread pools from OMP_NUM_THREADS: match the CPUs reserved.
         # Per-actor env vars merge with the job's runtime env (a `ray job submit` working_dir stays).
         env = {**WORKER_ENV, "OMP_NUM_THREADS": str(max(1, int(self.num_cpus)))}
         opts: dict = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "runtime_env": {"env_vars": env}}
         if self.resource:
             opts["resources"] = {self.resource: LABEL_SLICE}
+        if index is not None:
+            opts["name"] = actor_name(self.role, index, self.count)
         return opts
 
 
-def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> dict[Role, Placement]:
-    """Placement for each role. On a one-node cluster that lacks the labels, place without them
-    (a laptop's `ray start --head`); on a multi-node cluster a missing label is an error."""
-    sizes = {
+def actor_name(role: Role, index: int, count: int = 2) -> str:
+    """The name the Ray dashboard and state API show: `rlsvc-rollout-0`, `rlsvc-buffer`, ..."""
+    return f"rlsvc-{role}" if role in ("buffer", "reference", "reward") and count == 1 else f"rlsvc-{role}-{index}"
+
+
+def role_counts(cfg: Config) -> dict[Role, int]:
+    return {
+        "rollout": cfg.rollout.num_workers,
+        "trainer": cfg.trainer.num_ranks,
+        "reference": 1 if cfg.grpo.kl_coef > 0 else 0,
+        "env": cfg.env.num_actors,
+        "reward": 1,
+        "buffer": 1,
+    }
+
+
+def role_sizes(cfg: Config) -> dict[Role, tuple[float, float]]:
+    """(CPUs, GPUs) each actor of a role reserves."""
+    return {
         "rollout": (cfg.rollout.num_cpus, cfg.rollout.num_gpus),
         "trainer": (cfg.trainer.num_cpus, cfg.trainer.num_gpus),
         "reference": (0.25, min(cfg.trainer.num_gpus, 1.0)),
@@ -49,14 +74,84 @@ def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> di
         "reward": (0.1, 0.0),
         "buffer": (0.1, 0.0),
     }
+
+
+def group_label(cfg: Config, group: NodeGroup) -> str:
+    return cfg.cluster.gpu_node_resource if group == "gpu" else cfg.cluster.cpu_node_resource
+
+
+def planned(cfg: Config) -> dict[Role, Placement]:
+    """The placement on a cluster whose node groups advertise their labels (KubeRay, ray_cluster.yaml)."""
+    counts, sizes = role_counts(cfg), role_sizes(cfg)
     out: dict[Role, Placement] = {}
-    for role, (cpus, gpus) in sizes.items():
-        group = "gpu" if role in GPU_GROUP_ROLES else "cpu"
-        label = cfg.cluster.gpu_node_resource if group == "gpu" else cfg.cluster.cpu_node_resource
-        if label not in cluster_resources:
-            if num_nodes > 1:
-                raise RuntimeError(f"no node of this {num_nodes}-node Ray cluster advertises resource '{label}' for {role} actors")
-            log.warning("the Ray cluster advertises no '%s'; placing %s actors without it", label, role)
-            label = None
-        out[role] = Placement(role, group, cpus, gpus, label)  # type: ignore[arg-type]
+    for role in ROLES:
+        group: NodeGroup = "gpu" if role in GPU_GROUP_ROLES else "cpu"
+        cpus, gpus = sizes[role]
+        out[role] = Placement(role, group, cpus, gpus, group_label(cfg, group), counts[role])
     return out
+
+
+def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> dict[Role, Placement]:
+    """Placement for each role on the cluster at hand. On a one-node cluster that lacks the labels,
+    place without them (a laptop's `ray start --head`); on a multi-node cluster a missing label is
+    an error."""
+    out = planned(cfg)
+    for role, place in out.items():
+        if place.resource not in cluster_resources:
+            if num_nodes > 1:
+                raise RuntimeError(f"no node of this {num_nodes}-node Ray cluster advertises resource '{place.resource}' for {role} actors")
+            log.warning("the Ray cluster advertises no '%s'; placing %s actors without it", place.resource, role)
+            out[role] = Placement(role, place.node_group, place.num_cpus, place.num_gpus, None, place.count)
+    return out
+
+
+def group_demand(placement: dict[Role, Placement]) -> dict[NodeGroup, tuple[float, float]]:
+    """Total (CPUs, GPUs) each node group must offer for every actor of the job to start."""
+    totals: dict[NodeGroup, tuple[float, float]] = {"gpu": (0.0, 0.0), "cpu": (0.0, 0.0)}
+    for p in placement.values():
+        cpus, gpus = totals[p.node_group]
+        totals[p.node_group] = (cpus + p.count * p.num_cpus, gpus + p.count * p.num_gpus)
+    return totals
+
+
+def pack(placement: dict[Role, Placement], nodes: list[dict[str, float]]) -> dict[str, list[int]]:
+    """First-fit-decreasing packing of every actor onto `nodes` (Ray resource dicts, consumed as
+    it goes): actor name -> [node index]. Raises ValueError naming the first actor that does not
+    fit. Ray's scheduler is not bound to this packing; it shows a cluster shape can hold the job."""
+    free = [dict(n) for n in nodes]
+    actors = [(p, i) for p in placement.values() for i in range(p.count)]
+    actors.sort(key=lambda a: (a[0].num_gpus, a[0].num_cpus), reverse=True)
+    where: dict[str, list[int]] = {}
+    for p, i in actors:
+        need = {"CPU": p.num_cpus, "GPU": p.num_gpus, **({p.resource: LABEL_SLICE} if p.resource else {})}
+        for n, res in enumerate(free):
+            if all(res.get(k, 0.0) + 1e-9 >= v for k, v in need.items() if v > 0):
+                for k, v in need.items():
+                    res[k] = res.get(k, 0.0) - v
+                where[actor_name(p.role, i, p.count)] = [n]
+                break
+        else:
+            raise ValueError(f"{actor_name(p.role, i, p.count)} ({p.num_cpus:g} CPU, {p.num_gpus:g} GPU, on '{p.resource}') fits on no node")
+    return where
+
+
+def describe(cfg: Config) -> str:
+    """The `--dry-run` table: actor -> node group, its reservation, and each group's totals."""
+    from rich.console import Console
+    from rich.table import Table
+
+    placement = planned(cfg)
+    table = Table(title=f"rlsvc placement plan ({cfg.run.name})")
+    for col in ("actor", "count", "node group", "Ray resource", "CPUs each", "GPUs each"):
+        table.add_column(col)
+    for p in placement.values():
+        if p.count:
+            first = actor_name(p.role, 0, p.count)
+            names = first if p.count == 1 else f"{first} .. {actor_name(p.role, p.count - 1, p.count)}"
+            table.add_row(names, str(p.count), p.node_group, p.resource or "", f"{p.num_cpus:g}", f"{p.num_gpus:g}")
+    for group, (cpus, gpus) in group_demand(placement).items():
+        table.add_row(f"[bold]{group} group total[/]", "", group, group_label(cfg, group), f"{cpus:g}", f"{gpus:g}")
+    console = Console(width=120, record=True)
+    with console.capture() as cap:
+        console.print(table)
+    return cap.get()
