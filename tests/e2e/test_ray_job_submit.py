@@ -1,10 +1,13 @@
-"""The same job through `ray start --head` + `ray job submit`, on a cluster this test starts and
-stops by PID."""
+"""The deployed cluster, on one machine: a multi-node Ray cluster started with `ray start` from the
+rayStartParams of the KubeRay cpu-tiny overlay (a head with no CPUs, a gpu-workers node and a
+cpu-workers node, each a raylet of its own), the overlay's RayJob submitted with `ray job submit`,
+and Ray's state API asked where every actor ran. Every process is stopped by its PID."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -15,10 +18,19 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
+
+from rlsvc.cluster.placement import GPU_GROUP_ROLES, ROLES, actor_name, planned
+from rlsvc.cluster.shapes import parse_resources_param, render_kustomize
+from rlsvc.config import load_config
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+OVERLAY = REPO / "kuberay/overlays/cpu-tiny"
+GROUP_MARK = "rlsvc_test_group_"  # an extra resource per raylet, only to tell the test which group it is
+# Cluster-facing settings the test replaces: everything listens on 127.0.0.1 here.
+LOCAL_ONLY = {"dashboard-host", "metrics-export-port"}
 
 
 def _free_port() -> int:
@@ -27,44 +39,132 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def ray_start_args(params: dict[str, str], group: str) -> list[str]:
+    """`ray start` flags from a group's rayStartParams, as KubeRay builds them, plus the group mark."""
+    args = []
+    for key, value in params.items():
+        if key in LOCAL_ONLY:
+            continue
+        if key == "resources":
+            value = json.dumps({**parse_resources_param(value), f"{GROUP_MARK}{group}": 1})
+        args.append(f"--{key}={value}")
+    if "resources" not in params:
+        args.append(f"--resources={json.dumps({f'{GROUP_MARK}{group}': 1})}")
+    return args
+
+
+class ManifestCluster:
+    """Head and worker raylets, one `ray start --block` process group each."""
+
+    def __init__(self, raycluster: dict, tmp: str) -> None:
+        self.procs: list[subprocess.Popen] = []
+        self.tmp = tmp
+        gcs, dash = _free_port(), _free_port()
+        self.url, self.gcs = f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}"
+        # the job's `python` is looked up on the PATH that `ray start` had: put this venv first
+        self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        head = raycluster["spec"]["headGroupSpec"]
+        self._start(["--head", f"--port={gcs}", f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
+                     f"--metrics-export-port={_free_port()}", f"--temp-dir={tmp}", *ray_start_args(head["rayStartParams"], "head")])
+        self._wait(lambda: self._ok([str(BIN / "ray"), "job", "list", "--address", self.url]), "head")
+        self.groups = {"head": 1}
+        for g in raycluster["spec"]["workerGroupSpecs"]:
+            for i in range(g["replicas"]):
+                # a node's own temp dir, as on a real node's disk: raylets sharing one would unpack
+                # the job's working_dir into the same folder at the same time
+                node_tmp = Path(tmp, f"{g['groupName']}-{i}")
+                node_tmp.mkdir()
+                self._start([f"--address={self.gcs}", f"--temp-dir={node_tmp}", *ray_start_args(g["rayStartParams"], g["groupName"])])
+            self.groups[g["groupName"]] = g["replicas"]
+        self._wait(lambda: len(self.nodes()) == sum(self.groups.values()), "worker raylets")
+
+    def _start(self, args: list[str]) -> None:
+        cmd = [str(BIN / "ray"), "start", "--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats", *args]
+        self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+
+    def _ok(self, cmd: list[str]) -> bool:
+        return subprocess.run(cmd, env=self.env, capture_output=True).returncode == 0
+
+    def _wait(self, ready, what: str, timeout_s: float = 180) -> None:
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if ready():
+                return
+            time.sleep(2)
+        self.stop()
+        pytest.fail(f"{what} did not come up")
+
+    def nodes(self) -> list[dict]:
+        from ray.util.state import list_nodes
+
+        try:
+            return [n for n in list_nodes(address=self.url, detail=True, raise_on_missing_output=False) if n.state == "ALIVE"]
+        except Exception:  # the API server is still starting
+            return []
+
+    def node_groups(self) -> dict[str, str]:
+        """node id -> the worker group (or head) its raylet was started from."""
+        out = {}
+        for n in self.nodes():
+            [group] = [k.removeprefix(GROUP_MARK) for k in n.resources_total if k.startswith(GROUP_MARK)]
+            out[n.node_id] = group
+        return out
+
+    def stop(self) -> None:
+        # `ray start --block` stops the processes it started when it is terminated; workers first
+        for proc in reversed(self.procs):
+            os.killpg(proc.pid, signal.SIGTERM)
+        for proc in reversed(self.procs):
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 @pytest.fixture
-def head(tmp_path: Path):
-    gcs, dash = _free_port(), _free_port()
-    short_tmp = tempfile.mkdtemp(prefix="rj-", dir="/tmp")  # Ray's unix sockets need a short path
-    # the job's `python` is looked up on the PATH that `ray start` had: put this venv first
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmd = [str(BIN / "ray"), "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1",
-           "--node-ip-address=127.0.0.1", "--num-cpus=8", '--resources={"rlsvc_gpu_node": 1, "rlsvc_cpu_node": 1}',
-           f"--temp-dir={short_tmp}", "--include-dashboard=true"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{dash}"
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        ok = subprocess.run([str(BIN / "ray"), "job", "list", "--address", url], env=env, capture_output=True).returncode == 0
-        if ok:
-            break
-        time.sleep(2)
-    else:
-        os.killpg(proc.pid, signal.SIGTERM)
-        pytest.fail("ray head did not come up")
-    yield url, env
-    # `ray start --block` stops the processes it started when it is terminated
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-    shutil.rmtree(short_tmp, ignore_errors=True)
+def deployed():
+    docs = render_kustomize(OVERLAY)
+    [raycluster] = [d for d in docs if d["kind"] == "RayCluster"]
+    [rayjob] = [d for d in docs if d["kind"] == "RayJob"]
+    cluster = ManifestCluster(raycluster, tempfile.mkdtemp(prefix="rj-", dir="/tmp"))  # Ray's unix sockets need a short path
+    yield cluster, rayjob
+    cluster.stop()
 
 
-def test_ray_job_submit_runs_the_training_job(head, tmp_path: Path):
-    url, env = head
-    runtime_env = {"env_vars": {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}}
-    cmd = [str(BIN / "ray"), "job", "submit", "--address", url, "--working-dir", str(REPO), "--runtime-env-json", json.dumps(runtime_env), "--",
-           "python", "-m", "rlsvc.train", "run.steps=2", "eval.episodes=500", "eval.every_steps=1", f"run.output_dir={tmp_path / 'runs'}"]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed, tmp_path: Path):
+    """The overlay's RayJob (shortened) through `ray job submit`: it trains, and the state API
+    shows rollout/trainer/reference actors on gpu-workers and env/reward/buffer on cpu-workers."""
+    from ray.util.state import list_actors
+
+    cluster, rayjob = deployed
+    env_vars = yaml.safe_load(rayjob["spec"]["runtimeEnvYAML"])["env_vars"]
+    runtime_env = {"env_vars": {**env_vars, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}}
+    # the image's /app is this checkout
+    entrypoint = re.sub(r"/app/", f"{REPO}/", rayjob["spec"]["entrypoint"]).split()
+    entrypoint = [a for a in entrypoint if not a.startswith("run.output_dir=")]
+    cfg_path = entrypoint[entrypoint.index("--config") + 1]
+    cmd = [str(BIN / "ray"), "job", "submit", "--address", cluster.url, "--working-dir", str(REPO),
+           "--runtime-env-json", json.dumps(runtime_env), "--metadata-json", json.dumps(rayjob["spec"]["metadata"]), "--",
+           *entrypoint, "run.steps=2", "eval.episodes=500", "eval.every_steps=1", f"run.output_dir={tmp_path / 'runs'}"]
+    out = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     assert "succeeded" in out.stdout
     result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
     assert result["steps"] == 2 and Path(result["checkpoint"], "config.json").is_file()
     assert result["tracking_uri"] == runtime_env["env_vars"]["MLFLOW_TRACKING_URI"]
+
+    # where every actor of the plan ran, by its rlsvc name, from Ray's state API
+    groups = cluster.node_groups()
+    assert sorted(groups.values()) == sorted(g for g, n in cluster.groups.items() for _ in range(n))
+    actors = {a.name: a for a in list_actors(address=cluster.url, detail=True, limit=1000, raise_on_missing_output=False) if a.name}
+    placement = planned(load_config(cfg_path))
+    seen = set()
+    for role in ROLES:
+        for i in range(placement[role].count):
+            name = actor_name(role, i, placement[role].count)
+            assert name in actors, f"{name} not in the state API's actors: {sorted(actors)}"
+            group = groups[actors[name].node_id]
+            assert group == ("gpu-workers" if role in GPU_GROUP_ROLES else "cpu-workers"), f"{name} ran on {group}"
+            seen.add(role)
+    assert seen == set(ROLES)
