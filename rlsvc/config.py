@@ -125,7 +125,10 @@ class RolloutConfig(Strict):
     enforce_eager: bool = True
     """No CUDA graphs / compilation: start-up dominates for tiny models."""
     tensor_parallel_size: int = Field(1, ge=1)
-    """vLLM tensor parallelism per worker (GPU clusters)."""
+    """vLLM tensor parallelism per worker (GPU clusters): the policy is split over this many GPUs
+    of one node, which `num_gpus` must reserve."""
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Engine weights and compute: `auto` is bfloat16 where CUDA exists, float32 on CPU."""
     num_cpus: float = Field(2.0, gt=0)
     """Ray CPUs reserved per rollout worker (also its thread count)."""
     num_gpus: float = Field(0.0, ge=0)
@@ -133,6 +136,12 @@ class RolloutConfig(Strict):
     asynchronous: bool = False
     """Keep playing episodes while the trainer steps (rlsvc/async_loop.py); batches may be up to
     `buffer.max_staleness` versions behind (0 keeps the synchronous schedule)."""
+
+    @model_validator(mode="after")
+    def _check_tp(self) -> RolloutConfig:
+        if self.tensor_parallel_size > 1 and self.num_gpus < self.tensor_parallel_size:
+            raise ValueError(f"tensor_parallel_size={self.tensor_parallel_size} needs num_gpus >= {self.tensor_parallel_size} (one GPU per tensor-parallel rank); num_gpus is {self.num_gpus:g}")
+        return self
 
 
 class EnvConfig(Strict):
@@ -188,6 +197,10 @@ class TrainerConfig(Strict):
     """Ray CPUs per trainer rank (also its thread count)."""
     num_gpus: float = Field(0.0, ge=0)
     """Ray GPUs per trainer rank."""
+    param_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Compute dtype of forward and backward (weights, optimiser state and gradient reductions stay
+    float32): `auto` is bfloat16 where CUDA exists (TorchTitan's mixed-precision recipe, flash
+    attention through SDPA), float32 on CPU."""
 
 
 class BufferConfig(Strict):

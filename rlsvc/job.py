@@ -45,7 +45,8 @@ def prepare_model(cfg: Config, workdir: Path) -> tuple[Any, dict[str, Any]]:
 
 def setup_trainers(cfg: Config, svc: Services) -> dict[str, Any]:
     model_cfg = cfg.model.titan.model_dump()
-    kwargs = {"lr": cfg.trainer.lr, "weight_decay": cfg.trainer.weight_decay, "max_grad_norm": cfg.trainer.max_grad_norm, "seed": cfg.run.seed}
+    kwargs = {"lr": cfg.trainer.lr, "weight_decay": cfg.trainer.weight_decay, "max_grad_norm": cfg.trainer.max_grad_norm, "seed": cfg.run.seed,
+              "param_dtype": cfg.trainer.param_dtype}
     init = ray.get(svc.trainers[0].rendezvous_address.remote()) if len(svc.trainers) > 1 else None
     ray.get([t.setup.remote(model_cfg, kwargs, init, None) for t in svc.trainers])
     return {"model_cfg": model_cfg, "kwargs": kwargs}

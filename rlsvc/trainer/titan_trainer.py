@@ -26,7 +26,7 @@ from torch import nn
 
 from rlsvc.algo.grpo import Normalization, k3_kl, masked_reduce, policy_loss, token_logprobs
 from rlsvc.models.hf_export import from_hf_state_dict, to_hf_state_dict
-from rlsvc.models.titan import ModelConfig, build_model, forward, pick_device
+from rlsvc.models.titan import ModelConfig, autocast, build_model, compute_dtype, forward, pick_device
 
 METRIC_KEYS = ("loss", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "mismatch_sum", "tokens")
 
@@ -43,14 +43,15 @@ def _to_full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def apply_fsdp(model: nn.Module, device: torch.device, world_size: int) -> nn.Module:
-    """Shard with TorchTitan's FSDP2 recipe (embeddings, [norm, head], each block, root)."""
+def apply_fsdp(model: nn.Module, device: torch.device, world_size: int, param_dtype: torch.dtype = torch.float32) -> nn.Module:
+    """Shard with TorchTitan's FSDP2 recipe (embeddings, [norm, head], each block, root); compute
+    in `param_dtype`, reduce gradients in float32."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
     from torchtitan.distributed.fsdp import apply_fsdp_to_decoder
 
     mesh = init_device_mesh(device.type, (world_size,), mesh_dim_names=("fsdp",))
-    apply_fsdp_to_decoder(model, mesh, param_dtype=torch.float32, reduce_dtype=torch.float32, pp_enabled=False)
+    apply_fsdp_to_decoder(model, mesh, param_dtype=param_dtype, reduce_dtype=torch.float32, pp_enabled=False)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             # gloo has no PREMUL_SUM; with division disabled a plain SUM is what we want anyway.
@@ -69,14 +70,22 @@ class _PolicyBase:
 
     cfg: ModelConfig
     device: torch.device
+    dtype: torch.dtype = torch.float32
     model: nn.Module
+    sharded: bool = False
+
+    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.sharded:  # FSDP's mixed-precision policy already computes in self.dtype
+            return forward(self.model, ids)
+        with autocast(self.device, self.dtype):
+            return forward(self.model, ids)
 
     @torch.no_grad()
     def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
         """log p(token t | tokens < t) as [N, T] on CPU (position 0 is 0)."""
         self.model.eval()
         ids = input_ids.to(self.device)
-        lp, _ = token_logprobs(forward(self.model, ids), ids, allowed_token_ids)
+        lp, _ = token_logprobs(self._forward(ids), ids, allowed_token_ids)
         return lp.cpu()
 
 
@@ -90,9 +99,11 @@ class TitanReference(_PolicyBase):
         hf_state_dict: dict[str, torch.Tensor] | None = None,
         seed: int = 0,
         device: str = "auto",
+        param_dtype: str = "auto",
     ) -> None:
         self.cfg = model_cfg
         self.device = pick_device(device)
+        self.dtype = compute_dtype(param_dtype, self.device)
         self.model = build_model(model_cfg, seed).requires_grad_(False).eval()
         if hf_state_dict is not None:
             self.load_hf_state_dict(hf_state_dict)
@@ -119,11 +130,13 @@ class TitanTrainer(_PolicyBase):
         dist_init_method: str | None = None,
         init_hf_state_dict: dict[str, torch.Tensor] | None = None,
         device: str = "auto",
+        param_dtype: str = "auto",
     ) -> None:
         self.cfg = model_cfg
         self.rank, self.world_size = rank, world_size
         self.max_grad_norm = max_grad_norm
         self.device = pick_device(device)
+        self.dtype = compute_dtype(param_dtype, self.device)
         self._owns_group = False
         if world_size > 1:
             self._init_process_group(dist_init_method)
@@ -133,7 +146,7 @@ class TitanTrainer(_PolicyBase):
             model.load_state_dict(from_hf_state_dict(init_hf_state_dict, model_cfg))
         model.to(self.device)
         self.sharded = world_size > 1
-        self.model = apply_fsdp(model, self.device, world_size) if self.sharded else model
+        self.model = apply_fsdp(model, self.device, world_size, self.dtype) if self.sharded else model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
 
     def _init_process_group(self, init_method: str | None) -> None:
@@ -197,7 +210,7 @@ class TitanTrainer(_PolicyBase):
         denominator = self._global_denominator(mask, normalization)
 
         self.model.train()
-        logprobs, entropy = token_logprobs(forward(self.model, ids), ids, allowed_token_ids)
+        logprobs, entropy = token_logprobs(self._forward(ids), ids, allowed_token_ids)
         logprobs = _response_only(logprobs, mask)
         loss, stats = policy_loss(
             logprobs,
@@ -261,7 +274,7 @@ class TitanTrainer(_PolicyBase):
         ids, mask = input_ids.to(self.device), loss_mask.to(self.device, torch.float32)
         denominator = self._global_denominator(mask, "token")
         self.model.train()
-        logprobs, _ = token_logprobs(forward(self.model, ids), ids)
+        logprobs, _ = token_logprobs(self._forward(ids), ids)
         loss = -(logprobs * mask).sum() / denominator
         loss.backward()
         self._step_optimizer()
@@ -300,7 +313,7 @@ class TitanTrainer(_PolicyBase):
         return float(self._all_sum(local).item())
 
     def state(self) -> dict[str, Any]:
-        return {"rank": self.rank, "world_size": self.world_size, "device": str(self.device), "sharded": self.sharded}
+        return {"rank": self.rank, "world_size": self.world_size, "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."), "sharded": self.sharded}
 
     def close(self) -> None:
         if self._owns_group and dist.is_initialized():

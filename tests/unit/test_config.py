@@ -91,3 +91,22 @@ def test_cli_print_config_roundtrips():
 def test_cli_hf_source_is_refused_clearly_before_any_cluster():
     out = _run("--config", "configs/blackjack_qwen2.5_1.5b.yaml")
     assert out.returncode == 2 and "model.source=hf" in out.stderr and out.stderr.strip().count("\n") == 0
+
+
+def test_tensor_parallel_needs_a_gpu_per_rank():
+    with pytest.raises(ConfigError, match=r"rollout: .*tensor_parallel_size=2 needs num_gpus >= 2"):
+        load_config(None, ["rollout.tensor_parallel_size=2", "rollout.num_gpus=1"])
+    assert load_config(None, ["rollout.tensor_parallel_size=2", "rollout.num_gpus=2"]).rollout.tensor_parallel_size == 2
+
+
+def test_cli_dry_run_prints_the_placement_plan_and_starts_nothing():
+    out = _run("--config", "configs/blackjack_qwen2.5_1.5b.yaml", "--dry-run", "cluster.address=127.0.0.1:1")
+    assert out.returncode == 0, out.stderr  # no Ray contacted (the address does not answer)
+    plan = out.stdout.split("rlsvc placement plan")[1]
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]] for line in plan.splitlines() if line.startswith("│")}
+    assert rows["rlsvc-trainer-0 .. rlsvc-trainer-1"] == ["2", "gpu", "rlsvc_gpu_node", "4", "1"]
+    assert rows["rlsvc-env-0 .. rlsvc-env-1"] == ["2", "cpu", "rlsvc_cpu_node", "0.25", "0"]
+    assert rows["gpu group total"][-1] == "4"
+    assert "n_layers: 28" in out.stdout  # and the resolved config
+    probe = "import sys, rlsvc.train; rlsvc.train.main(['--dry-run']); print(sorted(m for m in ('torch','ray','vllm') if m in sys.modules))"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO).stdout.strip().endswith("[]")

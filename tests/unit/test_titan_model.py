@@ -195,3 +195,32 @@ def test_lazy_permuted_export_matches_the_copied_one():
         assert torch.equal(v.reshape(hf_shape(v)), copied[k])
     live = {p.data_ptr() for p in model.parameters()}
     assert all(v.data_ptr() in live for v in lazy.values())
+
+
+def test_the_gpu_path_is_chosen_where_cuda_exists(monkeypatch):
+    """`auto` precision: bfloat16 on CUDA, float32 on CPU, for the trainer and the vLLM engine."""
+    from rlsvc.models.titan import compute_dtype
+    from rlsvc.rollout.vllm_engine import engine_dtype
+
+    assert compute_dtype("auto", torch.device("cpu")) == torch.float32
+    assert compute_dtype("auto", torch.device("cuda")) == torch.bfloat16
+    assert compute_dtype("float32", torch.device("cuda")) == torch.float32
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert engine_dtype("auto") == "bfloat16" and engine_dtype("float32") == "float32"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert engine_dtype("auto") == "float32"
+
+
+def test_bfloat16_compute_keeps_float32_weights_and_tracks_float32():
+    """The mixed-precision path the GPU takes, run on CPU: bf16 forward/backward, fp32 master
+    weights, logprobs within bf16 rounding of the fp32 model's."""
+    batch = grpo_batch()
+    exact = TitanTrainer(CFG, lr=1e-3, device="cpu", param_dtype="float32")
+    mixed = TitanTrainer(CFG, lr=1e-3, device="cpu", param_dtype="bfloat16")
+    assert mixed.state()["dtype"] == "bfloat16"
+    diff = (mixed.logprobs(batch["input_ids"]) - exact.logprobs(batch["input_ids"])).abs().max()
+    assert 0 < diff < 0.05  # bf16 really computed, and close
+    before = mixed.parameter_checksum()
+    metrics = mixed.train_step(batch, kl_coef=0.0)
+    assert math.isfinite(metrics["loss"]) and mixed.parameter_checksum() != before
+    assert all(p.dtype == torch.float32 for p in mixed.model.parameters())
