@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install run test test-fast lint bench-sync clean
+.PHONY: install run test test-fast lint bench-sync bench-env clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ lint: install
 # weight sync per transport, 10M/100M/500M models, vs memcpy (benchmarks/weight_sync.py)
 bench-sync: install
 	$(BIN)/python benchmarks/weight_sync.py $(ARGS)
+
+# episodes/s against the number of env actors on a simulated multi-node cluster (benchmarks/env_scaling.py)
+bench-env: install
+	$(BIN)/python benchmarks/env_scaling.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs mlruns mlflow.db

@@ -8,7 +8,7 @@ simulated remote-sandbox latency to every step. For each K, the real rollout run
 same N episodes (groups of G from one deal) in waves of K*M concurrent episodes; a wave costs
 about (turns) x (latency + generation), so more env actors mean fewer waves.
 
-    python benchmarks/env_scaling.py [--actors 1 2 4] [--sessions 32] [--episodes 512] [--latency-ms 50]
+    python benchmarks/env_scaling.py [--actors 1 2 4 8] [--sessions 32] [--episodes 512] [--latency-ms 50]
 
 Results: a Markdown table on stdout and benchmarks/results/env_scaling.json.
 """
@@ -27,7 +27,7 @@ RESULTS = Path(__file__).parent / "results"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4], help="env actor counts K to measure")
+    ap.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4, 8], help="env actor counts K to measure")
     ap.add_argument("--sessions", type=int, default=32, help="M: concurrent sessions per env actor")
     ap.add_argument("--episodes", type=int, default=512, help="N: episodes played per measurement")
     ap.add_argument("--group-size", type=int, default=8)
@@ -94,7 +94,8 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "env_scaling.json").write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
     print(f"\n{args.episodes} episodes, {args.latency_ms:g} ms per env step, M={args.sessions} sessions per actor, 1 rollout worker\n")
-    print("| env actors K | concurrent episodes | CPU-group nodes | episodes/s (median of %d) | vs K=%d |\n|---|---|---|---|---|" % (args.repeats, rows[0]["env_actors"]))
+    print(f"| env actors K | concurrent episodes | CPU-group nodes | episodes/s (median of {args.repeats}) | vs K={rows[0]['env_actors']} |")
+    print("|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['env_actors']} | {row['concurrent_episodes']} | {row['nodes']} | {row['episodes_per_s']:.1f} | {row['speedup_vs_first']:.2f}x |")
 

@@ -10,6 +10,7 @@ This module imports neither torch nor Ray: `--dry-run` prints the plan without a
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Literal
@@ -23,6 +24,9 @@ Role = Literal["rollout", "trainer", "reference", "env", "reward", "buffer"]
 NodeGroup = Literal["gpu", "cpu"]
 ROLES: tuple[Role, ...] = ("rollout", "trainer", "reference", "env", "reward", "buffer")
 GPU_GROUP_ROLES = {"rollout", "trainer", "reference"}
+# Env actors hold many sessions each and wait on remote sandboxes: one per node where there are
+# enough nodes, so a lost node takes few sessions with it and their network traffic spreads out.
+SPREAD_ROLES = {"env"}
 LABEL_SLICE = 0.001  # a label is a membership test, not a capacity
 
 
@@ -35,6 +39,8 @@ class Placement:
     resource: str | None
     count: int = 1
     """How many actors of this role the job starts."""
+    spread: bool = False
+    """Spread this role's actors over the group's nodes (Ray's SPREAD strategy) instead of packing."""
 
     def options(self, index: int | None = None) -> dict:
         # torch/vLLM size their thread pools from OMP_NUM_THREADS: match the CPUs reserved.
@@ -45,6 +51,8 @@ class Placement:
             opts["resources"] = {self.resource: LABEL_SLICE}
         if index is not None:
             opts["name"] = actor_name(self.role, index, self.count)
+        if self.spread:
+            opts["scheduling_strategy"] = "SPREAD"
         return opts
 
 
@@ -87,7 +95,7 @@ def planned(cfg: Config) -> dict[Role, Placement]:
     for role in ROLES:
         group: NodeGroup = "gpu" if role in GPU_GROUP_ROLES else "cpu"
         cpus, gpus = sizes[role]
-        out[role] = Placement(role, group, cpus, gpus, group_label(cfg, group), counts[role])
+        out[role] = Placement(role, group, cpus, gpus, group_label(cfg, group), counts[role], role in SPREAD_ROLES)
     return out
 
 
@@ -101,7 +109,7 @@ def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> di
             if num_nodes > 1:
                 raise RuntimeError(f"no node of this {num_nodes}-node Ray cluster advertises resource '{place.resource}' for {role} actors")
             log.warning("the Ray cluster advertises no '%s'; placing %s actors without it", place.resource, role)
-            out[role] = Placement(role, place.node_group, place.num_cpus, place.num_gpus, None, place.count)
+            out[role] = dataclasses.replace(place, resource=None)
     return out
 
 
