@@ -1,0 +1,162 @@
+"""A local sandbox for model-written Python: one fresh process tree per run, on this node.
+
+What confines a run (Linux; util-linux's prlimit, unshare and setpriv):
+- resource limits (prlimit): address space, CPU seconds, file size (which also caps stdout and
+  stderr: they go to files), open files, processes;
+- namespaces (unshare): no network (a new network namespace whose only interface is down); its
+  own PID namespace, so when the run ends every process it started dies with it, background
+  children and daemons included; its own mount namespace, where /tmp is the run's private folder
+  and /dev/shm and /var/tmp are small empty tmpfs mounts that vanish with it; /proc shows only
+  the run's processes;
+- a user of its own (setpriv, when the service runs as root): a uid with no files, so it can
+  write nowhere but its folder, read no private file of the service, and its process limit is
+  its own (root ignores RLIMIT_NPROC);
+- a clean environment: none of the service's variables (API keys) reach the code;
+- a wall-clock timeout, after which the whole tree is killed.
+Without root, a user namespace stands in for the separate uid: the code then runs as the service's
+user, so files that user can write outside the folder are not protected.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr returned (the file-size limit caps what is written)
+UID_BASE, UID_POOL = 200_000, 50_000  # uids with no files and no passwd entry
+_uids = itertools.count()
+
+# Runs inside the new namespaces, as root there, before the code: private /tmp, empty tmpfs
+# for the other world-writable places, then drop to the run's uid and exec Python.
+_INSIDE = r"""
+set -e
+mount --bind "$1" /tmp
+mount -t tmpfs -o size=16m,mode=1777 tmpfs /dev/shm
+if [ -d /var/tmp ]; then mount -t tmpfs -o size=1m,mode=1777 tmpfs /var/tmp; fi
+cd /tmp
+shift
+exec "$@"
+"""
+
+
+class SandboxUnavailable(RuntimeError):
+    """This machine cannot confine code as LocalSandbox requires (the reason is the message)."""
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    memory_mb: int = 512
+    """Address-space limit of every process of the run."""
+    cpu_s: int = 10
+    """CPU seconds per process (the wall-clock timeout bounds the whole run)."""
+    file_mb: int = 8
+    """Largest file the run may write, stdout and stderr included."""
+    open_files: int = 64
+    """Open file descriptors per process."""
+    processes: int = 32
+    """Processes (and threads) the run's uid may have at once."""
+
+
+@dataclass
+class SandboxResult:
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    """The process's exit status; negative: killed by that signal; None: it never started."""
+    timed_out: bool
+    error: str | None
+    """Why the run failed, in one line: the exception's `Type: message` from the traceback, the
+    limit hit, or the timeout; None when it exited 0."""
+    elapsed_s: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _sandbox_python() -> str:
+    """An interpreter every uid can run (a venv under /root is not one)."""
+    for candidate in ("/usr/local/bin/python3", "/usr/bin/python3"):
+        if os.access(candidate, os.X_OK) and os.stat(candidate).st_mode & 0o001:
+            return candidate
+    return shutil.which("python3") or "python3"
+
+
+def _error_line(stderr: str, exit_code: int | None, timed_out: bool, timeout_s: float, limits: SandboxLimits) -> str | None:
+    if timed_out:
+        return f"TimeoutError: no result within {timeout_s:g} s (wall clock)"
+    if exit_code == 0:
+        return None
+    if exit_code is not None and exit_code < 0:
+        sig = signal.Signals(-exit_code).name
+        reason = {"SIGXCPU": f"CPU limit of {limits.cpu_s} s", "SIGXFSZ": f"file-size limit of {limits.file_mb} MB",
+                  "SIGKILL": "killed (memory or process limit, or the sandbox)", "SIGSEGV": "segmentation fault"}.get(sig, sig)
+        return f"Killed: {reason}"
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    for line in reversed(lines):  # a traceback ends with "Type: message"
+        if not line.startswith((" ", "\t", "Traceback")):
+            return line.strip()[:500]
+    return f"exit status {exit_code}"
+
+
+class LocalSandbox:
+    """Run Python code under the limits above; each `run` is independent (no state survives)."""
+
+    def __init__(self, limits: SandboxLimits | None = None, python: str | None = None) -> None:
+        self.limits = limits or SandboxLimits()
+        self.python = python or _sandbox_python()
+        self.as_root = os.geteuid() == 0
+        missing = [tool for tool in ("prlimit", "unshare", "setpriv") if shutil.which(tool) is None]
+        if missing:
+            raise SandboxUnavailable(f"LocalSandbox needs util-linux's {', '.join(missing)} on PATH")
+
+    def _command(self, folder: Path, uid: int) -> list[str]:
+        lim = self.limits
+        limits = [f"--as={lim.memory_mb * 2**20}", f"--cpu={lim.cpu_s}", f"--fsize={lim.file_mb * 2**20}",
+                  f"--nofile={lim.open_files}", f"--nproc={lim.processes}", "--core=0"]
+        ns = ["--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--ipc", "--uts"]
+        if not self.as_root:
+            ns = ["--user", "--map-root-user", *ns]
+        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs"] if self.as_root else []
+        code = [*drop, self.python, "-I", "-B", "-X", "utf8", "/tmp/main.py"]
+        return ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), *code]
+
+    def run(self, code: str, timeout_s: float = 5.0) -> SandboxResult:
+        uid = UID_BASE + (os.getpid() * 97 + next(_uids)) % UID_POOL
+        folder = Path(tempfile.mkdtemp(prefix="rlsvc-sbx-"))
+        io_dir = Path(tempfile.mkdtemp(prefix="rlsvc-sbx-io-"))  # outside the run's reach
+        out, err = io_dir / "stdout", io_dir / "stderr"
+        try:
+            (folder / "main.py").write_text(code)
+            if self.as_root:
+                os.chown(folder, uid, uid)
+                os.chown(folder / "main.py", uid, uid)
+            folder.chmod(0o700)
+            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+            timed_out = False
+            t0 = time.perf_counter()
+            with out.open("wb") as fo, err.open("wb") as fe:
+                proc = subprocess.Popen(self._command(folder, uid), stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
+                                        env=env, cwd="/", start_new_session=True)
+                try:
+                    exit_code = proc.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    os.killpg(proc.pid, signal.SIGKILL)  # unshare dies; --kill-child takes the namespace down
+                    exit_code = proc.wait()
+            elapsed = time.perf_counter() - t0
+            stdout = out.read_bytes()[:OUTPUT_LIMIT].decode("utf-8", "replace")
+            stderr = err.read_bytes()[:OUTPUT_LIMIT].decode("utf-8", "replace")
+            if exit_code is not None and exit_code > 128 and not timed_out:  # sh/unshare report a signal as 128+n
+                exit_code = -(exit_code - 128)
+            return SandboxResult(stdout, stderr, exit_code, timed_out, _error_line(stderr, exit_code, timed_out, timeout_s, self.limits), elapsed)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(io_dir, ignore_errors=True)

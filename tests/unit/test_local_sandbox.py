@@ -1,0 +1,159 @@
+"""LocalSandbox against hostile snippets: each ends within its limits, leaves no process and no
+file behind, sees no secret and no network, and the sandbox keeps serving afterwards."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from rlsvc.sandbox import LocalSandbox, SandboxLimits
+from rlsvc.sandbox.local import UID_BASE, UID_POOL
+
+TIMEOUT = 3.0
+SENTINEL = "rlsvc-sentinel-7f3a9c"
+
+
+@pytest.fixture(scope="module")
+def box() -> LocalSandbox:
+    return LocalSandbox(SandboxLimits(memory_mb=256, cpu_s=5, processes=16))
+
+
+def sandbox_processes() -> list[int]:
+    """PIDs of live processes owned by a sandbox uid."""
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            uid_line = next(ln for ln in status.read_text().splitlines() if ln.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if UID_BASE <= int(uid_line.split()[1]) < UID_BASE + UID_POOL:
+            pids.append(int(status.parent.name))
+    return pids
+
+
+def leftovers() -> list[str]:
+    return sorted(p.name for p in Path(tempfile.gettempdir()).glob("rlsvc-sbx-*"))
+
+
+def check_clean(box: LocalSandbox, before: list[str]) -> None:
+    deadline = time.time() + 5
+    while sandbox_processes() and time.time() < deadline:
+        time.sleep(0.1)
+    assert sandbox_processes() == [], "a sandboxed process outlived its run"
+    assert leftovers() == before, "a sandbox folder was left behind"
+    ok = box.run("print(6 * 7)", timeout_s=TIMEOUT)  # still serving
+    assert ok.stdout == "42\n" and ok.exit_code == 0 and ok.error is None
+
+
+def test_plain_code_and_errors(box):
+    r = box.run("import sys\nprint('out')\nprint('err', file=sys.stderr)", timeout_s=TIMEOUT)
+    assert (r.stdout, r.stderr, r.exit_code, r.timed_out, r.error) == ("out\n", "err\n", 0, False, None)
+    r = box.run("def f():\n    return 1 / 0\nf()", timeout_s=TIMEOUT)
+    assert r.exit_code == 1 and r.error == "ZeroDivisionError: division by zero" and "Traceback" in r.stderr
+    r = box.run("raise SystemExit(3)", timeout_s=TIMEOUT)
+    assert r.exit_code == 3 and r.error == "exit status 3"
+
+
+HOSTILE = {
+    "fork bomb": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+    "memory bomb": "chunks = []\nwhile True:\n    chunks.append(bytearray(64 * 1024 * 1024))",
+    "infinite loop": "while True:\n    pass",
+    "output flood": "while True:\n    print('x' * 1000)",
+    "background children": (
+        "import os, subprocess\n"
+        "subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
+        "if os.fork() == 0:\n    os.setsid()\n    import time\n    time.sleep(60)\n"
+        "print('parent done')"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_snippets_end_within_limits_and_leave_nothing(box, name):
+    before = leftovers()
+    t0 = time.perf_counter()
+    r = box.run(HOSTILE[name], timeout_s=TIMEOUT)
+    assert time.perf_counter() - t0 < TIMEOUT + 3
+    if name == "memory bomb":
+        assert not r.timed_out and "MemoryError" in r.error
+    elif name == "background children":
+        assert r.stdout == "parent done\n" and r.exit_code == 0  # its children died with the run
+    elif name == "output flood":
+        assert len(r.stdout) <= 64 * 1024 and r.error is not None
+    else:
+        assert r.timed_out and r.error.startswith("TimeoutError")
+    check_clean(box, before)
+
+
+def test_no_writes_outside_its_folder(box, tmp_path):
+    before = leftovers()
+    target = tmp_path / "owned.txt"
+    tmp_path.chmod(0o755)
+    code = f"""
+import os
+results = {{}}
+for path in [{str(target)!r}, '/etc/rlsvc-sandbox-test', {str(Path(tempfile.gettempdir()) / 'rlsvc-escape.txt')!r}, '/dev/shm/x', 'inside.txt']:
+    try:
+        with open(path, 'w') as f:
+            f.write('x')
+        results[path] = 'written'
+    except OSError as e:
+        results[path] = type(e).__name__
+print(results)
+"""
+    r = box.run(code, timeout_s=TIMEOUT)
+    assert r.exit_code == 0, r.stderr
+    assert not target.exists() and not Path("/etc/rlsvc-sandbox-test").exists()
+    assert not Path(tempfile.gettempdir(), "rlsvc-escape.txt").exists()  # /tmp was the run's own folder
+    assert "'inside.txt': 'written'" in r.stdout
+    check_clean(box, before)
+
+
+def test_no_secrets_from_the_service(box, monkeypatch, tmp_path):
+    monkeypatch.setenv("TOGETHER_API_KEY", SENTINEL)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SENTINEL)
+    secret_file.chmod(0o600)
+    code = f"""
+import os, glob
+seen = [repr(dict(os.environ))]
+for path in glob.glob('/proc/*/environ') + [{str(secret_file)!r}, '/proc/1/cmdline']:
+    try:
+        seen.append(open(path, 'rb').read().decode('latin-1'))
+    except OSError:
+        pass
+print(len(glob.glob('/proc/[0-9]*')), 'processes visible')
+print('\\n'.join(seen))
+"""
+    r = box.run(code, timeout_s=TIMEOUT)
+    assert r.exit_code == 0, r.stderr
+    assert SENTINEL not in r.stdout + r.stderr
+    assert int(r.stdout.split(" processes visible")[0]) <= 3  # its own PID namespace
+
+
+def test_no_network(box):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        code = f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')"
+        r = box.run(code, timeout_s=TIMEOUT)
+    assert "connected" not in r.stdout and r.error and ("OSError" in r.error or "Error" in r.error)
+
+
+def test_cli_prints_the_result_as_json():
+    out = subprocess.run([sys.executable, "-m", "rlsvc.sandbox", "--timeout", "5"], input="print('hello')\n1/0\n",
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["stdout"] == "hello\n" and result["exit_code"] == 1 and result["timed_out"] is False
+    assert result["error"] == "ZeroDivisionError: division by zero" and set(result) >= {"stdout", "stderr", "exit_code", "timed_out", "error"}
+    bad = subprocess.run([sys.executable, "-m", "rlsvc.sandbox", "--timeout", "0"], input="", capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
