@@ -1,4 +1,5 @@
-"""A pool of BlackJack sessions served by OpenEnv's real server and driven by its real client.
+"""A pool of environment sessions (BlackJack, or the code interpreter) served by OpenEnv's real
+server and driven by its real client.
 
 `EnvPool` starts OpenEnv's FastAPI app (`create_app`) under uvicorn on 127.0.0.1 and opens one
 persistent WebSocket session per slot with OpenEnv's async `EnvClient`. OpenEnv's HTTP /reset and
@@ -21,12 +22,10 @@ import socket
 import threading
 import time
 import urllib.request
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from rlsvc.envs.blackjack import BlackjackObservation
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -50,24 +49,52 @@ def _bind_free_socket(host: str) -> socket.socket:
     return sock
 
 
-def _make_client_class() -> type:
-    """OpenEnv's `EnvClient` specialised to the BlackJack action/observation types."""
+@dataclass(frozen=True)
+class EnvSpec:
+    """What the pool serves: OpenEnv's environment factory and types, and how an action (as the
+    runner gives it) becomes the step payload. Built in the env actor's process."""
+
+    name: str
+    env_factory: Any
+    action_cls: type
+    observation_cls: type
+    state_cls: type
+    payload: Callable[[Any], dict[str, Any]]
+
+
+def blackjack_spec() -> EnvSpec:
+    from rlsvc.envs.blackjack import BlackjackAction, BlackjackEnvironment, BlackjackObservation, BlackjackState
+
+    # The server validates against BlackjackAction; a plain dict skips a model round trip.
+    # Passing the class (not a factory) lets OpenEnv check SUPPORTS_CONCURRENT_SESSIONS
+    # without building a throwaway instance.
+    return EnvSpec("blackjack", BlackjackEnvironment, BlackjackAction, BlackjackObservation, BlackjackState, lambda a: {"action": a})
+
+
+def code_spec(settings: Any) -> EnvSpec:
+    from rlsvc.envs.code_interpreter import CodeAction, CodeInterpreterEnvironment, CodeObservation, CodeState
+
+    return EnvSpec("code_interpreter", CodeInterpreterEnvironment.configured(settings), CodeAction, CodeObservation, CodeState,
+                   lambda a: {"kind": a[0], "content": a[1]})
+
+
+def _make_client_class(spec: EnvSpec) -> type:
+    """OpenEnv's `EnvClient` specialised to the served action/observation types."""
     from openenv.core.client_types import StepResult
     from openenv.core.env_client import EnvClient
 
-    from rlsvc.envs.blackjack import BlackjackObservation, BlackjackState
+    obs_cls, state_cls, payload = spec.observation_cls, spec.state_cls, spec.payload
 
-    class BlackjackClient(EnvClient):  # type: ignore[type-arg]
+    class PoolClient(EnvClient):  # type: ignore[type-arg]
         def _step_payload(self, action: Any) -> dict[str, Any]:
-            # The server validates against BlackjackAction; a plain dict skips a model round trip.
-            return {"action": action}
+            return payload(action)
 
-        def _parse_result(self, payload: dict[str, Any]) -> StepResult[BlackjackObservation]:
-            obs = BlackjackObservation(**payload["observation"], reward=payload.get("reward"), done=payload["done"])
+        def _parse_result(self, result: dict[str, Any]) -> StepResult:
+            obs = obs_cls(**result["observation"], reward=result.get("reward"), done=result["done"])
             return StepResult(observation=obs, reward=obs.reward, done=obs.done)
 
-        def _parse_state(self, payload: dict[str, Any]) -> BlackjackState:
-            return BlackjackState(**payload)
+        def _parse_state(self, result: dict[str, Any]) -> Any:
+            return state_cls(**result)
 
         async def disconnect(self) -> None:
             # OpenEnv 0.3.0's server answers a "close" message by closing the socket itself and
@@ -82,11 +109,12 @@ def _make_client_class() -> type:
             except TimeoutError:
                 await ws.close()
 
-    return BlackjackClient
+    return PoolClient
 
 
 class EnvPool:
-    """`num_sessions` BlackJack sessions behind OpenEnv's server; batched, blocking API."""
+    """`num_sessions` sessions of one environment (default BlackJack) behind OpenEnv's server;
+    batched, blocking API."""
 
     def __init__(
         self,
@@ -95,10 +123,12 @@ class EnvPool:
         start_timeout_s: float = 60.0,
         call_timeout_s: float = 60.0,
         step_latency_s: float = 0.0,
+        spec: EnvSpec | None = None,
     ) -> None:
         if num_sessions < 1:
             raise ValueError(f"num_sessions must be >= 1, got {num_sessions}")
         self.num_sessions = num_sessions
+        self.spec = spec or blackjack_spec()
         self._call_timeout_s = call_timeout_s
         self._step_latency_s = step_latency_s
         self._closed = False
@@ -120,15 +150,15 @@ class EnvPool:
         """HTTP address of the OpenEnv server."""
         return f"http://{_HOST}:{self.port}"
 
-    def reset(self, session_ids: Sequence[int], seeds: Sequence[int]) -> list[BlackjackObservation]:
-        """Start a new episode in each session, dealt from its seed."""
+    def reset(self, session_ids: Sequence[int], seeds: Sequence[int]) -> list[Any]:
+        """Start a new episode in each session, from its seed."""
         self._check_batch(session_ids, seeds)
         clients = [self._clients[i] for i in session_ids]
         calls = [c.reset(seed=int(s)) for c, s in zip(clients, seeds, strict=True)]
         return [r.observation for r in self._run(_gather(calls), self._call_timeout_s)]
 
-    def step(self, session_ids: Sequence[int], actions: Sequence[str]) -> list[BlackjackObservation]:
-        """Apply one action ("hit"/"stand") in each session."""
+    def step(self, session_ids: Sequence[int], actions: Sequence[Any]) -> list[Any]:
+        """Apply one action in each session ("hit"/"stand"; (kind, content) for code)."""
         self._check_batch(session_ids, actions)
         clients = [self._clients[i] for i in session_ids]
         calls = [self._remote_step(c, a) for c, a in zip(clients, actions, strict=True)]
@@ -175,19 +205,12 @@ class EnvPool:
         import uvicorn
         from openenv.core.env_server import create_app
 
-        from rlsvc.envs.blackjack import (
-            BlackjackAction,
-            BlackjackEnvironment,
-            BlackjackObservation,
-        )
-
-        # Passing the class (not a lambda) lets OpenEnv check SUPPORTS_CONCURRENT_SESSIONS
-        # without building a throwaway instance.
+        spec = self.spec
         app = create_app(
-            BlackjackEnvironment,
-            BlackjackAction,
-            BlackjackObservation,
-            env_name="blackjack",
+            spec.env_factory,
+            spec.action_cls,
+            spec.observation_cls,
+            env_name=spec.name,
             max_concurrent_envs=self.num_sessions,
         )
         sock = _bind_free_socket(_HOST)
@@ -223,7 +246,7 @@ class EnvPool:
             time.sleep(0.05)
 
     async def _connect_all(self) -> list[Any]:
-        client_cls = _make_client_class()
+        client_cls = _make_client_class(self.spec)
         clients = [
             # No per-message timeout: asyncio.wait_for would wrap every reply in a new task;
             # each batched call has one timeout instead (`call_timeout_s`).

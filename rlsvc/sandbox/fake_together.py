@@ -20,28 +20,7 @@ import threading
 import time
 from typing import Any
 
-from rlsvc.sandbox.local import LocalSandbox, SandboxLimits
-
-ERROR_MARK = "<<fake-tci-error>>"
-
-
-def _program(previous: list[str], code: str) -> str:
-    return f"""
-import contextlib, io, sys, traceback
-_g = {{"__name__": "__main__"}}
-with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-    for _cell in {previous!r}:
-        try:
-            exec(compile(_cell, "<cell>", "exec"), _g)
-        except BaseException:
-            pass
-try:
-    exec(compile({code!r}, "<cell>", "exec"), _g)
-except BaseException:
-    sys.stdout.flush()
-    print({ERROR_MARK!r}, file=sys.stderr)
-    traceback.print_exc()
-"""
+from rlsvc.sandbox.local import LocalSandbox, LocalSession, SandboxLimits
 
 
 def build_app(api_key: str, limits: SandboxLimits | None = None, timeout_s: float = 10.0, fault_sleep_s: float = 30.0):
@@ -50,7 +29,7 @@ def build_app(api_key: str, limits: SandboxLimits | None = None, timeout_s: floa
 
     app = FastAPI(title="fake Together Code Interpreter")
     box = LocalSandbox(limits)
-    sessions: dict[str, list[str]] = {}
+    sessions: dict[str, LocalSession] = {}
     faults: collections.deque[str] = collections.deque()
     stats = collections.Counter()
 
@@ -78,22 +57,19 @@ def build_app(api_key: str, limits: SandboxLimits | None = None, timeout_s: floa
             return JSONResponse({"error": {"message": f"session {sid} not found"}}, status_code=404)
         if not sid:
             sid = f"ses_{secrets.token_urlsafe(12)}"
-            sessions[sid] = []
+            sessions[sid] = LocalSession(box, timeout_s)
             stats["sessions"] += 1
-        result = await asyncio.to_thread(box.run, _program(sessions[sid], body["code"]), timeout_s)
+        result = await asyncio.to_thread(sessions[sid].execute, body["code"])
         stats["executions"] += 1
         outputs = []
-        stderr, _, error = result.stderr.partition(ERROR_MARK + "\n")
+        # the real service reports a traceback as an `error` output, apart from stderr
+        stderr, sep, trace = result.stderr.partition("Traceback (most recent call last):")
         if result.stdout:
             outputs.append({"type": "stdout", "data": result.stdout})
         if stderr:
             outputs.append({"type": "stderr", "data": stderr})
-        if error:
-            outputs.append({"type": "error", "data": error})
-        elif result.timed_out or result.exit_code not in (0, None):
-            outputs.append({"type": "error", "data": result.error or f"exit status {result.exit_code}"})
-        if not error and not result.timed_out:
-            sessions[sid].append(body["code"])
+        if result.error:
+            outputs.append({"type": "error", "data": (sep + trace) if sep else result.error})
         return {"data": {"session_id": sid, "status": "success", "outputs": outputs}, "errors": None}
 
     @app.post("/fake/faults")

@@ -160,3 +160,51 @@ class LocalSandbox:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
             shutil.rmtree(io_dir, ignore_errors=True)
+
+
+ERROR_MARK = "<<rlsvc-cell-error>>"
+
+
+def session_program(previous: list[str], code: str) -> str:
+    """A program that replays a session's earlier cells (their output discarded) and then runs
+    `code`; an exception in `code` is printed to stderr after ERROR_MARK."""
+    return f"""
+import contextlib, io, sys, traceback
+_g = {{"__name__": "__main__"}}
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    for _cell in {previous!r}:
+        try:
+            exec(compile(_cell, "<cell>", "exec"), _g)
+        except BaseException:
+            pass
+try:
+    exec(compile({code!r}, "<cell>", "exec"), _g)
+except BaseException:
+    sys.stdout.flush()
+    print({ERROR_MARK!r}, file=sys.stderr)
+    traceback.print_exc()
+"""
+
+
+class LocalSession:
+    """An interpreter session over LocalSandbox: variables, imports and definitions of earlier
+    cells carry over, because each run replays the cells that ran cleanly before it (in a fresh,
+    confined process tree, so a crash or a hang loses nothing but that run). Replaying repeats a
+    cell's side effects, and its cost grows with the session's length: episodes are a few turns."""
+
+    def __init__(self, box: LocalSandbox, timeout_s: float = 5.0) -> None:
+        self.box, self.timeout_s = box, timeout_s
+        self.cells: list[str] = []
+
+    def execute(self, code: str) -> SandboxResult:
+        result = self.box.run(session_program(self.cells, code), self.timeout_s)
+        stderr, marked, trace = result.stderr.partition(ERROR_MARK + "\n")
+        if marked:
+            lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
+            result = SandboxResult(result.stdout, stderr + trace, 1, False, lines[-1].strip()[:500] if lines else "error", result.elapsed_s)
+        elif result.exit_code == 0:
+            self.cells.append(code)
+        return result
+
+    def close(self) -> None:
+        self.cells.clear()

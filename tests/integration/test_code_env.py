@@ -1,0 +1,76 @@
+"""CodeInterpreterEnv through OpenEnv's real server and client (the pool the env actors run),
+with the local sandbox and with the together backend against the fake service."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from rlsvc.envs.code_interpreter import CodeEnvSettings, pick_task
+from rlsvc.envs.openenv_pool import EnvPool, code_spec
+from rlsvc.sandbox.fake_together import FakeTogether
+
+pytestmark = pytest.mark.integration
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+from reference_solutions import SOLUTIONS  # noqa: E402
+
+KEY = "tk-code-env-test"
+
+
+def seed_for(kind: str, start: int = 0) -> int:
+    return next(s for s in range(start, start + 1000) if pick_task("mixed", s).kind == kind)
+
+
+def run_checks(pool: EnvPool) -> None:
+    arith, prog = seed_for("arithmetic"), seed_for("programming")
+    task_a, task_p = pick_task("mixed", arith), pick_task("mixed", prog)
+    obs = pool.reset([0, 1, 2, 3], [arith, prog, arith, prog])
+    assert obs[0].task == "arithmetic" and obs[1].task == "programming" and obs[0].prompt == task_a.prompt and not obs[0].done
+
+    # turn 1: code in the episode's session (state carries to turn 2), an error, a hostile snippet
+    obs = pool.step([0, 1, 2, 3], [("code", "x = 6 * 7\nprint(x)"), ("code", "1/0"), ("code", "import os\nwhile True:\n    os.fork()"),
+                                   ("code", "print('hi')")])
+    assert obs[0].stdout == "42\n" and obs[0].exit_code == 0 and obs[0].reward == 0.0 and not obs[0].done
+    assert obs[1].error_type == "ZeroDivisionError" and obs[1].error_message == "division by zero" and obs[1].errors == 1
+    assert obs[2].timed_out or obs[2].error_type  # ended by its limits, and the server still serves:
+    assert obs[3].stdout == "hi\n"
+
+    # turn 2: answers
+    right = str(int(task_a.answer))
+    obs = pool.step([0, 1, 2, 3], [("code", "print(x + 1)"), ("answer", SOLUTIONS[task_p.problem.id]), ("answer", "-1"),
+                                   ("answer", "def nothing(): pass")])
+    assert obs[0].stdout == "43\n"  # the session kept x
+    assert obs[1].done and obs[1].outcome == "solved" and obs[1].score == 1.0 and obs[1].reward == pytest.approx(0.9)  # one error earlier
+    assert obs[2].done and obs[2].outcome == "wrong" and obs[2].reward == pytest.approx(-0.1 * obs[2].errors)
+    assert obs[3].done and obs[3].score == 0.0 and obs[3].outcome == "wrong"
+    obs = pool.step([0], [("answer", f"ANSWER: {right}")])
+    assert obs[0].done and obs[0].outcome == "solved" and obs[0].reward == 1.0
+
+    # the turn limit ends an episode that never answers
+    pool.reset([0], [arith])
+    for turn in range(1, 4):
+        obs = pool.step([0], [("code", "pass")])
+    assert obs[0].done and obs[0].outcome == "turn_limit" and obs[0].turn == 3
+
+
+def test_local_backend_through_openenv():
+    with EnvPool(4, spec=code_spec(CodeEnvSettings(backend="local", max_turns=3, exec_timeout_s=2))) as pool:
+        run_checks(pool)
+
+
+def test_together_backend_through_openenv(monkeypatch):
+    monkeypatch.setenv("TOGETHER_API_KEY", KEY)
+    with FakeTogether(KEY, timeout_s=2) as url:
+        settings = CodeEnvSettings(backend="together", max_turns=3, exec_timeout_s=2, together_base_url=url, attempts=2)
+        with EnvPool(4, spec=code_spec(settings)) as pool:
+            run_checks(pool)
+            # the service fails past the retry cap: that episode ends as failed, the others go on
+            pool.reset([0, 1], [seed_for("arithmetic"), seed_for("arithmetic", 100)])
+            httpx.post(url.removesuffix("/v1") + "/fake/faults", json={"faults": ["503", "503"]}, trust_env=False)
+            obs = pool.step([0], [("code", "print(1)")])
+            assert obs[0].done and obs[0].failed and obs[0].outcome == "failed" and "503" in obs[0].failure and KEY not in obs[0].failure
+            obs = pool.step([1], [("code", "print(2)")])
+            assert obs[0].stdout == "2\n" and not obs[0].failed
