@@ -64,6 +64,9 @@ class TitanModelConfig(Strict):
     """RoPE base frequency."""
     norm_eps: float = 1e-5
     """RMSNorm epsilon."""
+    tokenizer: Literal["blackjack", "chars"] = "blackjack"
+    """Built-in tokenizer saved with the model: `blackjack` (one word per token, HIT/STAND are
+    single tokens) or `chars` (one token per printable ASCII character, for code tasks)."""
     init_embedding_std: float = Field(0.02, gt=0)
     """Std of the token-embedding init. TorchTitan's Llama uses 1.0; in a model this small that
     drowns the context in the answer position's own embedding (the output barely depends on the
@@ -75,7 +78,7 @@ class TitanModelConfig(Strict):
 
     @model_validator(mode="after")
     def _check_shapes(self) -> TitanModelConfig:
-        from rlsvc.models.tokenizer import VOCAB  # no torch: the vocabulary is a plain list
+        from rlsvc.models.tokenizer import TOKENIZER_SIZES  # no torch: the vocabularies are plain lists
 
         if self.dim % self.n_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
@@ -85,8 +88,8 @@ class TitanModelConfig(Strict):
             raise ValueError(f"head dim ({self.head_dim}) must be even for RoPE")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
-        if self.vocab_size < len(VOCAB):
-            raise ValueError(f"vocab_size ({self.vocab_size}) must be >= the tokenizer's {len(VOCAB)} tokens")
+        if self.vocab_size < TOKENIZER_SIZES[self.tokenizer]:
+            raise ValueError(f"vocab_size ({self.vocab_size}) must be >= the {self.tokenizer} tokenizer's {TOKENIZER_SIZES[self.tokenizer]} tokens")
         return self
 
 
@@ -144,9 +147,32 @@ class RolloutConfig(Strict):
         return self
 
 
+class CodeEnvConfig(Strict):
+    """The code-interpreter environment (env.type=code, rlsvc/envs/code_interpreter.py)."""
+
+    backend: Literal["local", "together"] = "local"
+    """Where code runs: `local`, a sandbox on the env actor's node (rlsvc/sandbox/local.py);
+    `together`, Together's Code Interpreter (TOGETHER_API_KEY in the env actors' environment)."""
+    tasks: Literal["programming", "arithmetic", "mixed"] = "mixed"
+    """Programming problems scored by hidden unit tests, arithmetic word problems scored by the
+    exact number, or both (chosen per episode from its seed)."""
+    error_penalty: float = Field(0.1, ge=0)
+    """Subtracted from the episode's reward for every executed cell or submission that raised."""
+    exec_timeout_s: float = Field(5.0, gt=0)
+    """Wall-clock limit of one execution."""
+    memory_mb: int = Field(512, ge=64)
+    """Address-space limit of a local execution."""
+    together_base_url: str | None = None
+    """Code Interpreter endpoint; default TOGETHER_BASE_URL, else Together's public API."""
+    attempts: int = Field(5, ge=1)
+    """Tries per call to the together backend (429, 5xx, timeouts, failure responses) before the
+    episode is marked failed and its group left out of training."""
+
+
 class EnvConfig(Strict):
-    type: Literal["blackjack"] = "blackjack"
-    """Environment served through OpenEnv on env actors."""
+    type: Literal["blackjack", "code"] = "blackjack"
+    """Environment served through OpenEnv on env actors: `blackjack`, or `code` (the policy
+    runs code and answers; see `env.code`)."""
     num_actors: int = Field(1, ge=1)
     """Env actors; each runs an OpenEnv server and holds WebSocket sessions to it."""
     sessions_per_actor: int = Field(256, ge=1)
@@ -159,6 +185,8 @@ class EnvConfig(Strict):
     """Simulated round trip added to every env step, as a remote sandbox has (benchmarks)."""
     num_cpus: float = Field(0.25, gt=0)
     """Ray CPUs reserved per env actor."""
+    code: CodeEnvConfig = CodeEnvConfig()
+    """Settings of the code environment (used when type=code)."""
 
 
 class GRPOConfig(Strict):
@@ -300,6 +328,14 @@ class Config(Strict):
         episodes = self.grpo.groups_per_step * self.grpo.group_size
         if episodes % self.trainer.minibatches:
             raise ValueError(f"trainer.minibatches ({self.trainer.minibatches}) must divide groups_per_step*group_size ({episodes})")
+        if self.env.type == "code":
+            # warm start, greedy validation and the final evaluation are BlackJack's
+            for key, value in (("model.warm_start_steps", self.model.warm_start_steps), ("eval.every_steps", self.eval.every_steps),
+                               ("eval.episodes", self.eval.episodes)):
+                if value:
+                    raise ValueError(f"env.type=code needs {key}=0 (it is {value}): that step is BlackJack's")
+            if self.model.source == "scratch" and self.model.titan.tokenizer != "chars":
+                raise ValueError("env.type=code needs model.titan.tokenizer=chars (the blackjack vocabulary cannot write code)")
         return self
 
 

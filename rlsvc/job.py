@@ -21,7 +21,7 @@ from rlsvc.cluster.placement import plan
 from rlsvc.cluster.ray_setup import cluster_view, connect
 from rlsvc.config import Config, flatten, to_yaml
 from rlsvc.loop import GRPOLoop
-from rlsvc.policy_io import BlackjackCodec
+from rlsvc.policy_io import BlackjackCodec, CodeCodec, make_codec
 from rlsvc.services import Services, start_services
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rlsvc.tracking.ray_metrics import RayStepMetrics
@@ -52,10 +52,10 @@ def setup_trainers(cfg: Config, svc: Services) -> dict[str, Any]:
     return {"model_cfg": model_cfg, "kwargs": kwargs}
 
 
-def save_final(cfg: Config, state: dict, version: int, codec: BlackjackCodec, folder: Path) -> Path:
+def save_final(cfg: Config, state: dict, version: int, codec: BlackjackCodec | CodeCodec, folder: Path) -> Path:
     from rlsvc.models.hf_export import save_hf_checkpoint
 
-    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": "blackjack/v1", "policy_version": version}
+    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": codec.prompt_format, "policy_version": version}
     save_hf_checkpoint(folder, state, cfg.model.titan, extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
     return folder
 
@@ -140,7 +140,7 @@ def run(cfg: Config, started: float) -> int:
         placement = plan(cfg, resources, nodes)
         with tempfile.TemporaryDirectory(prefix="rlsvc-init-") as tmp:
             tokenizer, source = prepare_model(cfg, Path(tmp))
-        codec = BlackjackCodec(tokenizer)
+        codec = make_codec(cfg.env.type, tokenizer, cfg.model.titan.max_seq_len, cfg.rollout.max_tokens)
         sampling = {"temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens,
                     "allowed_token_ids": codec.allowed_token_ids if cfg.rollout.constrained_actions else None}
         svc = start_services(cfg, placement, source, sampling)

@@ -14,11 +14,13 @@ from rlsvc.algo.grpo import group_advantages
 from rlsvc.buffer.replay import Episode
 from rlsvc.config import Config
 from rlsvc.models.tokenizer import PAD_ID
-from rlsvc.policy_io import BlackjackCodec
+from rlsvc.policy_io import BlackjackCodec, CodeCodec
 from rlsvc.rollout.runner import RolloutRunner
 from rlsvc.services import Services
 from rlsvc.trainer.batch import build_batch, split_batch
 from rlsvc.weight_sync.base import build_weight_sync
+
+Codec = BlackjackCodec | CodeCodec
 
 
 def deal_seed(run_seed: int, step: int, group: int) -> int:
@@ -37,27 +39,28 @@ def assign_advantages(episodes: list[Episode], group_size: int, normalize_std: b
             ep.advantage = a
 
 
-def episode_metrics(episodes: list[Episode]) -> dict[str, float]:
+def episode_metrics(episodes: list[Episode], codec: Codec) -> dict[str, float]:
     n = max(len(episodes), 1)
-    outcomes = Counter(ep.outcome for ep in episodes)
     decisions = sum(len(ep.responses) for ep in episodes)
     return {
         "return_mean": sum(ep.reward for ep in episodes) / n,
-        "win_rate": outcomes["win"] / n,
-        "push_rate": outcomes["push"] / n,
-        "loss_rate": outcomes["loss"] / n,
-        "invalid_rate": outcomes["invalid"] / n,
-        "truncated_rate": outcomes["truncated"] / n,
         "decisions_per_episode": decisions / n,
-        "hit_rate": sum(t.strip() == "HIT" for ep in episodes for t in ep.texts) / max(decisions, 1),
+        **codec.episode_metrics(episodes),
     }
+
+
+def drop_failed_groups(episodes: list[Episode]) -> tuple[list[Episode], int]:
+    """Leave out every group with an episode its environment could not score (a backend that
+    failed past its retries): the group's advantages would compare a real score with a zero."""
+    failed = {ep.group_id for ep in episodes if ep.failed}
+    return [ep for ep in episodes if ep.group_id not in failed], len(failed)
 
 
 @dataclass
 class GRPOLoop:
     cfg: Config
     svc: Services
-    codec: BlackjackCodec
+    codec: Codec
     version: int = 0
 
     def __post_init__(self) -> None:
@@ -135,14 +138,20 @@ class GRPOLoop:
         cfg, svc = self.cfg, self.svc
         B, G = cfg.grpo.groups_per_step, cfg.grpo.group_size
         t0 = time.perf_counter()
+        played = episodes
+        episodes, dropped = drop_failed_groups(played)
         for ep, reward in zip(episodes, ray.get(svc.reward.score.remote(episodes))):
             ep.reward = reward
         assign_advantages(episodes, G, cfg.grpo.normalize_std)
         ray.get(svc.buffer.add.remote(episodes))
         batch_eps = ray.get(svc.buffer.sample.remote(B * G, self.version))
         staleness = [self.version - ep.policy_version for ep in batch_eps]
-        batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
         t_reward = time.perf_counter()
+        if not batch_eps:  # every group failed: nothing to learn from; the version still moves on
+            self.version += 1
+            return {**episode_metrics(played, self.codec), "groups_dropped": float(dropped), "train_skipped": 1.0,
+                    "policy_version": float(self.version), "time/reward_s": t_reward - t0}
+        batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
 
         if svc.reference is not None:
             batch["ref_logprobs"] = ray.get(svc.reference.call.remote("logprobs", batch["input_ids"], self.allowed))
@@ -156,8 +165,10 @@ class GRPOLoop:
         t_train = time.perf_counter()
         hist = Counter(staleness)
         return {
-            **episode_metrics(episodes),
+            **episode_metrics(played, self.codec),
             **train,
+            "groups_dropped": float(dropped),
+            "train_skipped": 0.0,
             "time/reward_s": t_reward - t0,
             "time/reference_s": t_ref - t_reward,
             "time/train_s": t_train - t_ref,

@@ -82,7 +82,8 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
     trainers = [_actor(TrainerWorker, placement["trainer"], rank)(rank, n) for rank in range(n)]
     reference = _actor(TrainerWorker, placement["reference"])(0, 1) if cfg.grpo.kl_coef > 0 else None
     latency = cfg.env.step_latency_ms / 1000
-    envs = [_actor(EnvWorker, placement["env"], i)(cfg.env.sessions_per_actor, latency) for i in range(cfg.env.num_actors)]
+    code = {**cfg.env.code.model_dump(), "max_turns": cfg.env.max_turns} if cfg.env.type == "code" else None
+    envs = [_actor(EnvWorker, placement["env"], i)(cfg.env.sessions_per_actor, latency, code) for i in range(cfg.env.num_actors)]
     reward = _actor(RewardWorker, placement["reward"])(cfg.env.invalid_action_penalty)
     buffer = _actor(BufferWorker, placement["buffer"])(cfg.buffer.capacity, cfg.buffer.max_staleness)
     return Services(

@@ -30,8 +30,11 @@ class Episode:
     """The observation each decision was made from."""
     env_return: float = 0.0
     outcome: str | None = None
-    """'win' / 'push' / 'loss' / 'invalid' / 'truncated'."""
+    """'win' / 'push' / 'loss' (BlackJack), 'solved' / 'partial' / 'wrong' / 'turn_limit' /
+    'failed' (code), or 'invalid' / 'truncated'."""
     invalid: bool = False
+    failed: bool = False
+    """The environment could not score it (its backend failed): its group is left out of training."""
     reward: float = 0.0
     """Filled by the reward step: what GRPO normalises."""
     advantage: float = 0.0

@@ -175,12 +175,18 @@ class TrainerWorker(_WeightSyncEndpoint):
 
 
 class EnvWorker:
-    """OpenEnv server + WebSocket sessions on a CPU node."""
+    """OpenEnv server + WebSocket sessions on a CPU node: BlackJack, or with `code` (the
+    `env.code` settings and the turn limit) the code-interpreter environment."""
 
-    def __init__(self, num_sessions: int, step_latency_s: float = 0.0) -> None:
-        from rlsvc.envs.openenv_pool import EnvPool
+    def __init__(self, num_sessions: int, step_latency_s: float = 0.0, code: dict[str, Any] | None = None) -> None:
+        from rlsvc.envs.openenv_pool import EnvPool, code_spec
 
-        self.pool = EnvPool(num_sessions, step_latency_s=step_latency_s)
+        spec = None
+        if code is not None:
+            from rlsvc.envs.code_interpreter import CodeEnvSettings
+
+            spec = code_spec(CodeEnvSettings(**code))
+        self.pool = EnvPool(num_sessions, step_latency_s=step_latency_s, spec=spec)
 
     def reset(self, session_ids: list[int], seeds: list[int]) -> list[Any]:
         return self.pool.reset(session_ids, seeds)

@@ -120,7 +120,7 @@ def _write_checkpoint(directory: Path, hf_sd: dict[str, torch.Tensor], cfg: Mode
     (directory / "generation_config.json").write_text(json.dumps(_generation_config(), indent=2))
     tensors = {k: v.detach().to("cpu").contiguous() for k, v in hf_sd.items()}
     save_file(tensors, str(directory / WEIGHTS_FILE), metadata={"format": "pt"})
-    save_tokenizer(directory)
+    save_tokenizer(directory, cfg.tokenizer)
 
 
 def save_hf_checkpoint(

@@ -75,6 +75,7 @@ class RolloutRunner:
             if not live:
                 break
             prompts = [self.codec.encode(obs[s]) for s in live]
+            observe = getattr(self.codec, "observe", _obs_dict)
             seeds = [sample_seed * 1009 + turn * 100_003 + s for s in live]
             outs = self.generator.generate(prompts, seeds)
             to_step, actions = [], []
@@ -84,7 +85,7 @@ class RolloutRunner:
                 ep.responses.append(list(out["token_ids"]))
                 ep.logprobs.append(list(out["logprobs"]))
                 ep.texts.append(out["text"])
-                ep.observations.append(_obs_dict(obs[s]))
+                ep.observations.append(observe(obs[s]))
                 action = self.codec.parse(out["text"])
                 if action is None:
                     ep.invalid, ep.outcome = True, "invalid"
@@ -106,4 +107,5 @@ class RolloutRunner:
     @staticmethod
     def _finish(ep: Episode, obs: Any) -> None:
         ep.env_return = float(obs.reward or 0.0)
+        ep.failed = bool(getattr(obs, "failed", False))
         ep.outcome = _outcome(obs) or ("win" if ep.env_return > 0 else "loss" if ep.env_return < 0 else "push")

@@ -51,7 +51,7 @@ def run_checks(pool: EnvPool) -> None:
 
     # the turn limit ends an episode that never answers
     pool.reset([0], [arith])
-    for turn in range(1, 4):
+    for _ in range(3):
         obs = pool.step([0], [("code", "pass")])
     assert obs[0].done and obs[0].outcome == "turn_limit" and obs[0].turn == 3
 

@@ -2,7 +2,9 @@ import pytest
 import torch
 
 from rlsvc.buffer.replay import Episode, ReplayBuffer
-from rlsvc.loop import assign_advantages, deal_seed, episode_metrics
+from rlsvc.loop import assign_advantages, deal_seed, drop_failed_groups, episode_metrics
+from rlsvc.models.tokenizer import build_tokenizer
+from rlsvc.policy_io import BlackjackCodec, CodeCodec
 from rlsvc.rewards.blackjack import blackjack_rubric
 from rlsvc.trainer.batch import build_batch, split_batch
 
@@ -48,7 +50,7 @@ def test_advantages_by_group_and_metrics():
     eps[1].outcome, eps[0].outcome = "loss", "win"
     assign_advantages(eps, group_size=2, normalize_std=False)
     assert [e.advantage for e in eps] == [1.0, -1.0, 0.0, 0.0]
-    m = episode_metrics(eps)
+    m = episode_metrics(eps, BlackjackCodec(build_tokenizer()))
     assert m["win_rate"] == 0.25 and m["return_mean"] == 0.0 and m["hit_rate"] == 1.0
     assert deal_seed(0, 1, 2) != deal_seed(0, 2, 1)
 
@@ -65,3 +67,25 @@ def test_build_batch_masks_and_sequence_weights():
     assert seq["loss_mask"][:, 3].tolist() == [0.5, 0.5, 1.0]  # each episode sums to 1
     parts = split_batch(batch, 2)
     assert [p["input_ids"].shape[0] for p in parts] == [2, 1] and torch.equal(torch.cat([p["advantages"] for p in parts]), batch["advantages"])
+
+
+def test_groups_with_a_failed_episode_are_left_out():
+    eps = [_ep(0, group=g) for g in (0, 0, 1, 1, 2, 2)]
+    eps[3].failed = True
+    kept, dropped = drop_failed_groups(eps)
+    assert dropped == 1 and [e.group_id for e in kept] == [0, 0, 2, 2]
+
+
+def test_code_codec_renders_the_last_output_and_parses_answers():
+    from types import SimpleNamespace
+
+    codec = CodeCodec(build_tokenizer("chars"), max_prompt_tokens=120)
+    obs = SimpleNamespace(prompt="Write add(a, b).", turn=1, max_turns=3, stdout="7\n", error_type="NameError",
+                          error_message="name 'x' is not defined", task="programming", timed_out=False)
+    text = codec.render(obs)
+    assert text.startswith("TASK: Write add(a, b).\nOUT: 7\n\nERR: NameError: name 'x' is not defined\nTURN 2/3") and text.endswith(">>> ")
+    ids = codec.encode(obs)
+    assert len(ids) <= 120 and ids[0] == codec.bos[0]
+    assert codec.tokenizer.decode(ids[1:]) == text[-(len(ids) - 1):]  # the end of the prompt is kept
+    assert codec.parse(" ANSWER: 42") == ("answer", "42")
+    assert codec.parse("print(1)") == ("code", "print(1)")
