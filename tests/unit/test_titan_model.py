@@ -89,7 +89,7 @@ def test_tied_hf_checkpoint_is_untied_on_load(model: torch.nn.Module) -> None:
 def test_crash_mid_save_leaves_no_folder(model: torch.nn.Module, tmp_path: Path, monkeypatch) -> None:
     hf_sd = to_hf_state_dict(model.state_dict(), CFG)
 
-    def crash(directory) -> None:
+    def crash(directory, kind) -> None:
         raise OSError("disk full (simulated)")
 
     monkeypatch.setattr(hf_export, "save_tokenizer", crash)
