@@ -4,6 +4,7 @@ with the local sandbox and with the together backend against the fake service.""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,7 @@ from rlsvc.sandbox.fake_together import FakeTogether
 
 pytestmark = pytest.mark.integration
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 from reference_solutions import SOLUTIONS  # noqa: E402
 
 KEY = "tk-code-env-test"
@@ -59,6 +61,27 @@ def run_checks(pool: EnvPool) -> None:
 def test_local_backend_through_openenv():
     with EnvPool(4, spec=code_spec(CodeEnvSettings(backend="local", max_turns=3, exec_timeout_s=2))) as pool:
         run_checks(pool)
+
+
+def test_hostile_cells_leave_the_env_serving():
+    """The sandbox battery (tests/unit/test_local_sandbox.py) as code actions of live episodes,
+    all at once: each ends within its limits and the same server then runs a normal cell."""
+    from test_local_sandbox import HOSTILE, sandbox_processes  # tests/unit, put on the path above
+
+    names = list(HOSTILE)
+    with EnvPool(len(names), spec=code_spec(CodeEnvSettings(backend="local", max_turns=5, exec_timeout_s=3, memory_mb=256))) as pool:
+        ids = list(range(len(names)))
+        pool.reset(ids, [seed_for("arithmetic")] * len(names))
+        obs = pool.step(ids, [("code", HOSTILE[n]) for n in names])
+        for name, o in zip(names, obs):
+            assert not o.done and (o.timed_out or o.error_type or o.stdout == "parent done\n"), name
+        obs = pool.step(ids, [("code", "print(6 * 7)")] * len(names))
+        assert all(o.stdout == "42\n" for o in obs)
+    deadline = time.time() + 10  # a killed namespace's processes take a moment to be reaped
+    while sandbox_processes() and time.time() < deadline:
+        time.sleep(0.1)
+    left = {pid: Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ") for pid in sandbox_processes()}
+    assert left == {}
 
 
 def test_together_backend_through_openenv(monkeypatch):
