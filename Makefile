@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install run test test-fast lint bench-sync bench-env clean
+.PHONY: install run test test-fast lint bench-sync bench-env bench-sandbox clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ bench-sync: install
 # episodes/s against the number of env actors on a simulated multi-node cluster (benchmarks/env_scaling.py)
 bench-env: install
 	$(BIN)/python benchmarks/env_scaling.py $(ARGS)
+
+# sandbox overhead vs bare python -c, and sandboxed executions/s per env actor (benchmarks/sandbox.py)
+bench-sandbox: install
+	$(BIN)/python benchmarks/sandbox.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs mlruns mlflow.db

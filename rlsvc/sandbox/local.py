@@ -134,6 +134,12 @@ class LocalSandbox:
         missing = [tool for tool in ("prlimit", "unshare", "setpriv") if shutil.which(tool) is None]
         if missing:
             raise SandboxUnavailable(f"LocalSandbox needs util-linux's {', '.join(missing)} on PATH")
+        # Confinement that cannot be set up (a container without CAP_SYS_ADMIN and with user
+        # namespaces blocked) would otherwise make every run look like the code's own error.
+        probe = self.run("print('ok')", timeout_s=30)
+        if probe.stdout != "ok\n":
+            why = (probe.stderr.strip().splitlines() or [probe.error or "no output"])[-1]
+            raise SandboxUnavailable(f"LocalSandbox cannot confine code on this node: {why}")
 
     def _command(self, folder: Path, uid: int) -> list[str]:
         lim = self.limits

@@ -214,6 +214,20 @@ def test_rayjob_submits_rlsvc_train_to_the_cluster(name, rendered):
     assert env["MLFLOW_TRACKING_URI"] == f"http://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
 
 
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_the_together_key_comes_from_a_secret_on_env_nodes_only(name, rendered):
+    """The env actors (cpu-workers) get TOGETHER_API_KEY from a Secret; no literal key anywhere,
+    and none in the RayJob's runtime env (the dashboard shows runtime envs)."""
+    cluster, job = one(rendered[name], "RayCluster"), one(rendered[name], "RayJob")
+    for group in [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]:
+        env = {e["name"]: e for e in group["template"]["spec"]["containers"][0].get("env", [])}
+        if group.get("groupName") == CPU_GROUP:
+            assert env["TOGETHER_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "rlsvc-secrets", "key": "TOGETHER_API_KEY", "optional": True}
+        else:
+            assert "TOGETHER_API_KEY" not in env
+    assert "TOGETHER_API_KEY" not in job["spec"]["runtimeEnvYAML"]
+
+
 def test_resources_param_parses_as_ray_start_reads_it():
     assert parse_resources_param('"{\\"rlsvc_gpu_node\\": 1}"') == {"rlsvc_gpu_node": 1.0}
     assert parse_resources_param('{"a": 2, "b": 0.5}') == {"a": 2.0, "b": 0.5}

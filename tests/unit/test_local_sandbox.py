@@ -157,3 +157,14 @@ def test_cli_prints_the_result_as_json():
     assert result["error"] == "ZeroDivisionError: division by zero" and set(result) >= {"stdout", "stderr", "exit_code", "timed_out", "error"}
     bad = subprocess.run([sys.executable, "-m", "rlsvc.sandbox", "--timeout", "0"], input="", capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_a_node_that_cannot_confine_code_is_refused_at_start(monkeypatch):
+    """If the namespaces cannot be set up (a container without the capability), the sandbox says
+    so once, at start, instead of every run looking like the code's own error."""
+    import rlsvc.sandbox.local as local
+    from rlsvc.sandbox import SandboxUnavailable
+
+    monkeypatch.setattr(local, "_INSIDE", local._INSIDE.replace("mount --bind", "mount --no-such-flag --bind"))
+    with pytest.raises(SandboxUnavailable, match="cannot confine code on this node"):
+        LocalSandbox()
