@@ -11,11 +11,41 @@ import sys
 import time
 
 
+def config_reference() -> str:
+    """Every config section and field with its type, default and docstring (the `--help` epilog)."""
+    from typing import Literal, get_args, get_origin
+
+    from pydantic import BaseModel
+
+    from rlsvc.config import Config
+
+    lines = ["config fields (set in --config YAML or as dotted overrides):"]
+
+    def walk(model: type[BaseModel], prefix: str, defaults: BaseModel) -> None:
+        for name, field in model.model_fields.items():
+            value = getattr(defaults, name)
+            doc = " ".join((field.description or "").split())
+            if isinstance(value, BaseModel):
+                lines.append(f"\n  {prefix}{name}: {doc}")
+                walk(type(value), f"{prefix}{name}.", value)
+            else:
+                if get_origin(field.annotation) is Literal:
+                    kind = "|".join(str(a) for a in get_args(field.annotation))
+                else:
+                    kind = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
+                lines.append(f"    {prefix}{name} ({kind}, default {value!r}): {doc}")
+
+    walk(Config, "", Config())
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m rlsvc.train",
         description="Train a language-model policy with GRPO on a Ray cluster (joins RAY_ADDRESS, "
         "else starts a local cluster). Defaults: the tiny BlackJack policy (configs/blackjack_tiny.yaml).",
+        epilog=config_reference(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", help="YAML config file (default: the built-in tiny BlackJack config)")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")

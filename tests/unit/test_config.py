@@ -110,3 +110,14 @@ def test_cli_dry_run_prints_the_placement_plan_and_starts_nothing():
     assert "n_layers: 28" in out.stdout  # and the resolved config
     probe = "import sys, rlsvc.train; rlsvc.train.main(['--dry-run']); print(sorted(m for m in ('torch','ray','vllm') if m in sys.modules))"
     assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO).stdout.strip().endswith("[]")
+
+
+def test_cli_help_lists_every_config_field_with_its_doc():
+    from rlsvc.config import Config, flatten
+
+    out = _run("--help")
+    assert out.returncode == 0
+    for key in flatten(Config().model_dump()):
+        assert f"    {key} (" in out.stdout, key
+    assert "env.code.backend (local|together, default 'local'): Where code runs" in " ".join(out.stdout.split("\n"))
+    assert "\n  weight_sync: Weight transport." in out.stdout
