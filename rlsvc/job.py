@@ -25,6 +25,7 @@ from rlsvc.policy_io import BlackjackCodec, CodeCodec, make_codec
 from rlsvc.services import Services, start_services
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rlsvc.tracking.ray_metrics import RayStepMetrics
+from rlsvc.tracking.run_tags import run_tags
 
 log = logging.getLogger("rlsvc")
 CHECKPOINT_META = "rlsvc.json"
@@ -148,7 +149,7 @@ def run(cfg: Config, started: float) -> int:
         tracker = MlflowTracker(resolve_tracking_uri(cfg.tracking.tracking_uri), cfg.tracking.experiment, cfg.run.name)
         tracker.log_params(flatten(cfg.model_dump(mode="json")))
         tracker.log_artifact(run_dir / "config.yaml")
-        tracker.set_tags({"rlsvc.run_dir": str(run_dir), "ray.dashboard": conn.dashboard_url or ""})
+        tracker.set_tags({"rlsvc.run_dir": str(run_dir), "ray.dashboard": conn.dashboard_url or "", **run_tags(cfg, resources, nodes)})
         console.print(f"[bold]rlsvc[/] run {cfg.run.name}  ray={conn.address}  dashboard={conn.dashboard_url}  mlflow={tracker.tracking_uri} run_id={tracker.run_id}")
 
         loop = (AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, svc, codec)

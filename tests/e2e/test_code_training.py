@@ -39,6 +39,8 @@ def check_run(result: dict, uri: str) -> dict:
     client = MlflowClient(uri)
     run = client.get_run(result["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.params["env.type"] == "code"
+    tags = run.data.tags
+    assert tags["rlsvc.env"] == "code" and len(tags["rlsvc.config_hash"]) == 16 and tags["rlsvc.cluster_shape"].startswith("1 node,")
     for name in ("return_mean", "solved_rate", "answered_rate", "code_turns_per_episode", "groups_dropped", "loss", "sync/total_s"):
         history = client.get_metric_history(run.info.run_id, name)
         assert len(history) >= STEPS, name  # sync/total_s also has the first sync, at step 0

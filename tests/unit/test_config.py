@@ -121,3 +121,16 @@ def test_cli_help_lists_every_config_field_with_its_doc():
         assert f"    {key} (" in out.stdout, key
     assert "env.code.backend (local|together, default 'local'): Where code runs" in " ".join(out.stdout.split("\n"))
     assert "\n  weight_sync: Weight transport." in out.stdout
+
+
+def test_run_tags_identify_code_config_and_cluster():
+    from rlsvc.tracking.run_tags import cluster_shape, config_hash, git_commit, run_tags
+
+    a = load_config(None, ["run.name=a", "run.output_dir=/x"])
+    b = load_config(None, ["run.name=b"])
+    assert config_hash(a) == config_hash(b)  # naming a run does not change what it computes
+    assert config_hash(a) != config_hash(load_config(None, ["grpo.kl_coef=0.1"]))
+    assert len(git_commit(REPO)) == 40 and git_commit(Path("/")) == "unknown"
+    assert cluster_shape({"CPU": 6.0, "rlsvc_gpu_node": 1.0}, 3) == "3 nodes, 6 CPUs, 0 GPUs"
+    tags = run_tags(a, {"CPU": 8.0}, 1)
+    assert tags["rlsvc.config_name"] == "a" and tags["rlsvc.env"] == "blackjack" and tags["rlsvc.cluster_shape"] == "1 node, 8 CPUs, 0 GPUs"
