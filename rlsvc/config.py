@@ -294,6 +294,9 @@ class ClusterConfig(Strict):
     """Custom resource advertised by nodes that run env, reward and buffer actors."""
     local_num_cpus: int | None = None
     """Logical CPUs of a local cluster (default: max(8, cores), so every actor fits on a laptop)."""
+    metrics_export_port: int | None = Field(None, ge=1, le=65535)
+    """Port of a local cluster's Prometheus endpoint (`http://127.0.0.1:PORT/metrics`, the rlsvc_*
+    metrics); default: one Ray picks. A joined cluster has its own (`ray start --metrics-export-port`)."""
 
     def resolved_address(self) -> str | None:
         return self.address or os.environ.get("RAY_ADDRESS") or None

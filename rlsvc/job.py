@@ -81,7 +81,7 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
     """GRPO steps until `run.steps` or the time budget; validates every `eval.every_steps`."""
     last: dict[str, float] = {}
     best: Best | None = None
-    ray_metrics = RayStepMetrics(cfg.weight_sync.type)
+    ray_metrics = RayStepMetrics(transcripts.parent.name, cfg.weight_sync.type)
     with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
                   TextColumn("greedy {task.fields[val]:+.3f}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
         task = bar.add_task("train", total=cfg.run.steps, ret=float("nan"), val=float("nan"))
@@ -92,7 +92,7 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
             last, episodes = loop.step(step)
             last["time/since_start_s"] = time.time() - started
             tracker.log_metrics(last, step=step + 1)
-            ray_metrics.record(last)
+            ray_metrics.record(last, len(episodes))
             if step in (0, cfg.run.steps - 1) or step % 25 == 0:
                 write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)
             if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:

@@ -143,13 +143,15 @@ class GRPOLoop:
         for ep, reward in zip(episodes, ray.get(svc.reward.score.remote(episodes))):
             ep.reward = reward
         assign_advantages(episodes, G, cfg.grpo.normalize_std)
-        ray.get(svc.buffer.add.remote(episodes))
+        depth = ray.get(svc.buffer.add.remote(episodes))
         batch_eps = ray.get(svc.buffer.sample.remote(B * G, self.version))
+        depth -= len(batch_eps)
         staleness = [self.version - ep.policy_version for ep in batch_eps]
         t_reward = time.perf_counter()
         if not batch_eps:  # every group failed: nothing to learn from; the version still moves on
             self.version += 1
             return {**episode_metrics(played, self.codec), "groups_dropped": float(dropped), "train_skipped": 1.0,
+                    "failed_episodes": float(sum(ep.failed for ep in played)), "buffer_depth": float(depth),
                     "policy_version": float(self.version), "time/reward_s": t_reward - t0}
         batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
 
@@ -168,6 +170,8 @@ class GRPOLoop:
             **episode_metrics(played, self.codec),
             **train,
             "groups_dropped": float(dropped),
+            "failed_episodes": float(sum(ep.failed for ep in played)),
+            "buffer_depth": float(depth),
             "train_skipped": 0.0,
             "time/reward_s": t_reward - t0,
             "time/reference_s": t_ref - t_reward,

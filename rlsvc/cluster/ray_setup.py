@@ -81,6 +81,7 @@ def connect(cfg: ClusterConfig, log_to_driver: bool = True) -> Connection:
             resources={cfg.gpu_node_resource: 1.0, cfg.cpu_node_resource: 1.0},
             include_dashboard=True,
             log_to_driver=log_to_driver,
+            **({"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}),
         )
         started = True
     dashboard = getattr(ctx, "dashboard_url", None)

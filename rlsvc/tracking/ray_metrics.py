@@ -1,27 +1,69 @@
-"""The step's operational numbers as Ray metrics (Prometheus, the Ray dashboard's Metrics view):
-weight-sync phases per transport, staleness, and idle fractions. MLflow keeps the full record;
-these are for watching a live cluster."""
+"""Each step's operational numbers as Ray metrics: the Prometheus endpoint of every node's metrics
+agent (`--metrics-export-port`) and the Ray dashboard's Metrics view. MLflow keeps the full
+record; these are for watching a live cluster. Every series is tagged with the actor role the
+number describes and the run (`<run.name>-<timestamp>`, the run folder's name), so several jobs
+on one cluster stay apart.
+
+| metric | kind | tags | what it is |
+|---|---|---|---|
+| rlsvc_episodes_per_second | gauge | role=driver | episodes trained on per wall second, last step |
+| rlsvc_tokens_per_second | gauge | role=rollout | tokens sampled per second of rollout, last step |
+| rlsvc_mean_return | gauge | role=reward | mean reward of the last step's episodes |
+| rlsvc_staleness | gauge | role=buffer, stat=mean/max | policy versions between acting and learning |
+| rlsvc_buffer_depth | gauge | role=buffer | episodes left in the replay buffer after sampling |
+| rlsvc_weight_sync_seconds | gauge | role=trainer, phase, transport | seconds per weight-sync phase |
+| rlsvc_step_phase_seconds | gauge | role=driver, phase | rollout, reward, reference, train, sync and whole-step seconds |
+| rlsvc_env_errors_total | counter | role=env | episodes whose environment failed (their groups were left out) |
+| rlsvc_episodes_total | counter | role=driver | episodes played |
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-_PREFIXES = ("sync/", "staleness", "trainer_idle", "rollout_idle", "time/step_s", "mismatch_kl")
+# MLflow metric -> step phase
+PHASES = {"time/rollout_s": "rollout", "time/reward_s": "reward", "time/reference_s": "reference", "time/train_s": "train",
+          "time/sync_s": "sync", "time/step_s": "step"}
 
 
 class RayStepMetrics:
-    def __init__(self, transport: str) -> None:
-        from ray.util.metrics import Gauge
+    def __init__(self, run: str, transport: str) -> None:
+        from ray.util.metrics import Counter, Gauge
 
-        self.tags = {"transport": transport}
-        self.sync = Gauge("rlsvc_weight_sync_seconds", "Seconds per weight-sync phase (last step)", tag_keys=("phase", "transport"))
-        self.step = Gauge("rlsvc_step_value", "Per-step staleness, idle fractions, step time, mismatch KL", tag_keys=("name", "transport"))
+        self.run, self.transport = run, transport
+        self.episodes_per_s = Gauge("rlsvc_episodes_per_second", "Episodes trained on per wall second (last step)", tag_keys=("role", "run"))
+        self.tokens_per_s = Gauge("rlsvc_tokens_per_second", "Tokens sampled per second of rollout (last step)", tag_keys=("role", "run"))
+        self.mean_return = Gauge("rlsvc_mean_return", "Mean reward of the last step's episodes", tag_keys=("role", "run"))
+        self.staleness = Gauge("rlsvc_staleness", "Policy versions between acting and learning", tag_keys=("role", "run", "stat"))
+        self.buffer_depth = Gauge("rlsvc_buffer_depth", "Episodes left in the replay buffer after sampling", tag_keys=("role", "run"))
+        self.sync = Gauge("rlsvc_weight_sync_seconds", "Seconds per weight-sync phase (last step)", tag_keys=("role", "run", "phase", "transport"))
+        self.phase = Gauge("rlsvc_step_phase_seconds", "Seconds per step phase (last step)", tag_keys=("role", "run", "phase"))
+        self.env_errors = Counter("rlsvc_env_errors_total", "Episodes whose environment failed", tag_keys=("role", "run"))
+        self.episodes = Counter("rlsvc_episodes_total", "Episodes played", tag_keys=("role", "run"))
 
-    def record(self, metrics: dict[str, Any]) -> None:
-        for key, value in metrics.items():
-            if not key.startswith(_PREFIXES) or not isinstance(value, int | float):
-                continue
-            if key.startswith("sync/"):
-                self.sync.set(float(value), tags={**self.tags, "phase": key.removeprefix("sync/")})
-            else:
-                self.step.set(float(value), tags={**self.tags, "name": key})
+    def _tags(self, role: str, **more: str) -> dict[str, str]:
+        return {"role": role, "run": self.run, **more}
+
+    def record(self, m: dict[str, Any], episodes: int) -> None:
+        """One step's metrics (the dict the loop logs to MLflow) and how many episodes it played."""
+        step_s = m.get("time/step_s")
+        if step_s:
+            self.episodes_per_s.set(episodes / step_s, tags=self._tags("driver"))
+        if "tokens_per_s" in m:
+            self.tokens_per_s.set(float(m["tokens_per_s"]), tags=self._tags("rollout"))
+        if "return_mean" in m:
+            self.mean_return.set(float(m["return_mean"]), tags=self._tags("reward"))
+        for stat in ("mean", "max"):
+            if f"staleness_{stat}" in m:
+                self.staleness.set(float(m[f"staleness_{stat}"]), tags=self._tags("buffer", stat=stat))
+        if "buffer_depth" in m:
+            self.buffer_depth.set(float(m["buffer_depth"]), tags=self._tags("buffer"))
+        for key, value in m.items():
+            if key.startswith("sync/") and isinstance(value, int | float):
+                self.sync.set(float(value), tags=self._tags("trainer", phase=key.removeprefix("sync/"), transport=self.transport))
+            elif key in PHASES:
+                self.phase.set(float(value), tags=self._tags("driver", phase=PHASES[key]))
+        if m.get("failed_episodes"):
+            self.env_errors.inc(float(m["failed_episodes"]), tags=self._tags("env"))
+        if episodes:
+            self.episodes.inc(float(episodes), tags=self._tags("driver"))

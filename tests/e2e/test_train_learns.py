@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,17 +22,64 @@ REPO = Path(__file__).resolve().parents[2]
 UNTRAINED_BEST = -0.18
 
 
+# Every rlsvc metric the job exports through Ray (rlsvc/tracking/ray_metrics.py), with the role it is
+# tagged with; Prometheus names carry Ray's `ray_` prefix.
+RAY_METRICS = {
+    "rlsvc_episodes_per_second": "driver", "rlsvc_tokens_per_second": "rollout", "rlsvc_mean_return": "reward",
+    "rlsvc_staleness": "buffer", "rlsvc_buffer_depth": "buffer", "rlsvc_weight_sync_seconds": "trainer",
+    "rlsvc_step_phase_seconds": "driver", "rlsvc_episodes_total": "driver",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape_while_running(proc: subprocess.Popen, port: int, timeout_s: float = 1500) -> dict[str, set[str]]:
+    """Poll the cluster's Prometheus endpoint while the job runs: metric name -> roles seen."""
+    seen: dict[str, set[str]] = {}
+    line = re.compile(r'^(?:ray_)?(rlsvc_[a-z_]+?)(?:_total)?\{([^}]*)\}')
+    deadline = time.time() + timeout_s
+    while proc.poll() is None and time.time() < deadline:
+        try:
+            text = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        except OSError:
+            text = ""
+        for raw in text.splitlines():
+            match = line.match(raw)
+            if match and 'run="blackjack_tiny-' in match.group(2):
+                role = re.search(r'role="([^"]+)"', match.group(2))
+                name = match.group(1) + ("_total" if "_total{" in raw else "")
+                seen.setdefault(name, set()).add(role.group(1) if role else "")
+        if all(name in seen for name in RAY_METRICS):
+            break
+        time.sleep(3)
+    return seen
+
+
 def test_default_job_learns_blackjack(tmp_path: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    port = _free_port()
     cmd = [sys.executable, "-m", "rlsvc.train", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}",
-           "run.time_budget_minutes=7", "eval.episodes=20000"]
-    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
-    assert out.returncode == 0, out.stderr[-3000:]
+           "run.time_budget_minutes=7", "eval.episodes=20000", f"cluster.metrics_export_port={port}"]
+    with open(tmp_path / "stdout", "w") as so, open(tmp_path / "stderr", "w") as se:  # files: a full pipe would stall the job
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=so, stderr=se, text=True)
+        try:
+            seen = scrape_while_running(proc, port)  # during the run, from the metrics export port
+            proc.wait(timeout=1500)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert {name: RAY_METRICS[name] in seen.get(name, set()) for name in RAY_METRICS} == dict.fromkeys(RAY_METRICS, True), seen
     result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
     mean = result["eval"]["mean_return"]
     assert mean > UNTRAINED_BEST + 0.05, result
-    assert "rlsvc run summary" in out.stdout and result["mlflow_run_id"] in out.stdout
+    assert "rlsvc run summary" in stdout and result["mlflow_run_id"] in stdout
 
     # the MLflow run holds params, per-step metrics and the artifacts
     from mlflow.tracking import MlflowClient
