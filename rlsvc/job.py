@@ -24,6 +24,7 @@ from rlsvc.loop import GRPOLoop
 from rlsvc.policy_io import BlackjackCodec, CodeCodec, make_codec
 from rlsvc.services import Services, start_services
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
+from rlsvc.tracking.plots import reward_curve
 from rlsvc.tracking.ray_metrics import RayStepMetrics
 from rlsvc.tracking.run_tags import run_tags
 
@@ -180,7 +181,9 @@ def run(cfg: Config, started: float) -> int:
             tracker.log_metrics({f"eval/{k}": v for k, v in result.items()} | {"eval/time_s": time.time() - t_eval}, step=loop.version)
         total_s = time.time() - started
         tracker.log_metrics({"total_s": total_s}, step=loop.version)
-        for path in (checkpoint, transcripts):
+        curve = reward_curve(*tracker.history("return_mean"), run_dir / "reward_curve.png", f"{cfg.run.name}: mean return per step",
+                             *tracker.history("eval/val_return"))
+        for path in (checkpoint, transcripts, curve):
             if path.exists():
                 tracker.log_artifact(path, path.name if path.is_dir() else None)
         (run_dir / "result.json").write_text(json.dumps({

@@ -53,6 +53,11 @@ class MlflowTracker:
         else:
             self.client.log_artifact(self.run_id, str(p), artifact_path)
 
+    def history(self, key: str) -> tuple[list[int], list[float]]:
+        """(steps, values) of a metric logged to this run, by step."""
+        points = sorted(self.client.get_metric_history(self.run_id, key), key=lambda m: m.step)
+        return [m.step for m in points], [m.value for m in points]
+
     def set_tags(self, tags: dict[str, str]) -> None:
         for k, v in tags.items():
             self.client.set_tag(self.run_id, k, v)

@@ -22,8 +22,13 @@ KEY = "tk-sentinel-e2e-41d2"
 STEPS = 3
 
 
-def train(tmp_path: Path, *overrides: str, env_extra: dict | None = None) -> tuple[dict, str]:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+@pytest.fixture(scope="module")
+def uri(tmp_path_factory) -> str:
+    """One MLflow store for both runs, so `rlsvc.compare` can put them side by side."""
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+
+
+def train(tmp_path: Path, uri: str, *overrides: str, env_extra: dict | None = None) -> tuple[dict, str]:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", **(env_extra or {})}
     cmd = [sys.executable, "-m", "rlsvc.train", "--config", str(REPO / "configs/code_tiny.yaml"), f"run.steps={STEPS}",
            f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", *overrides]
@@ -49,19 +54,31 @@ def check_run(result: dict, uri: str) -> dict:
     transcripts = [json.loads(line) for line in Path(result["checkpoint"]).parent.joinpath("transcripts.jsonl").read_text().splitlines()]
     assert transcripts and all(t["turns"][0]["obs"]["task"] in ("programming", "arithmetic") for t in transcripts)
     assert all(KEY not in str(v) for v in run.data.params.values())
+    assert "reward_curve.png" in {a.path for a in client.list_artifacts(run.info.run_id)}
     return metrics
 
 
-def test_code_tiny_trains_with_the_local_sandbox(tmp_path: Path):
-    result, uri = train(tmp_path, "env.code.backend=local")
+def test_code_tiny_trains_with_the_local_sandbox(tmp_path: Path, uri: str):
+    result, uri = train(tmp_path, uri, "env.code.backend=local")
     check_run(result, uri)
 
 
-def test_code_tiny_trains_with_together_against_the_fake_service(tmp_path: Path):
+def test_code_tiny_trains_with_together_against_the_fake_service(tmp_path: Path, uri: str):
     with FakeTogether(KEY, timeout_s=5) as url:
-        result, uri = train(tmp_path, "env.code.backend=together", f"env.code.together_base_url={url}",
+        result, uri = train(tmp_path, uri, "env.code.backend=together", f"env.code.together_base_url={url}",
                             env_extra={"TOGETHER_API_KEY": KEY})
         stats = httpx.get(url.removesuffix("/v1") + "/fake/stats", trust_env=False).json()
     check_run(result, uri)
     assert stats["executions"] >= STEPS * 32 and stats.get("unauthorized", 0) == 0  # every turn of every episode ran there
     assert KEY not in Path(result["checkpoint"]).parent.joinpath("config.yaml").read_text()
+
+
+def test_compare_the_two_runs(uri: str, tmp_path: Path):
+    """`rlsvc.compare` on the two real runs above: a table that shows the backend differs, and the PNG."""
+    out = tmp_path / "compare.png"
+    res = subprocess.run([sys.executable, "-m", "rlsvc.compare", "--experiment", "rlsvc-code", "--tracking-uri", uri, "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "2 runs" in res.stdout and "env.code.backend" in res.stdout and "together" in res.stdout and "local" in res.stdout
+    assert KEY not in res.stdout
+    assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000

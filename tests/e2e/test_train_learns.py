@@ -91,7 +91,7 @@ def test_default_job_learns_blackjack(tmp_path: Path):
     assert len(history) == result["steps"] >= 10
     assert {"loss", "kl", "entropy", "grad_norm", "time/rollout_s", "time/train_s", "time/sync_s", "tokens_per_s", "staleness_max", "invalid_rate"} <= set(run.data.metrics)
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"config.yaml", "checkpoint", "transcripts.jsonl"} <= artifacts
+    assert {"config.yaml", "checkpoint", "transcripts.jsonl", "reward_curve.png"} <= artifacts
 
     # the evaluation CLI reproduces the job's own evaluation from the checkpoint folder
     ev = subprocess.run([sys.executable, "-m", "rlsvc.eval", "--checkpoint", result["checkpoint"], "--episodes", "20000", "--seed", "12345"],

@@ -1,0 +1,84 @@
+"""`python -m rlsvc.compare --experiment NAME`: the runs of an MLflow experiment side by side.
+
+Prints a table (run, status, the config values that differ between the runs, final train return,
+final evaluation, wall time) and writes a PNG of return against step and against wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def load_runs(client: Any, experiment_id: str, max_runs: int) -> list[dict]:
+    runs = []
+    for run in client.search_runs([experiment_id], order_by=["attributes.start_time ASC"], max_results=max_runs):
+        history = sorted(client.get_metric_history(run.info.run_id, "return_mean"), key=lambda m: m.step)
+        wall = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "time/since_start_s")}
+        runs.append({
+            "run_id": run.info.run_id, "name": run.info.run_name, "status": run.info.status, "params": run.data.params,
+            "metrics": run.data.metrics, "steps": [m.step for m in history], "returns": [m.value for m in history],
+            "wall_s": [wall.get(m.step, float("nan")) for m in history],
+        })
+    return runs
+
+
+def differing_params(runs: list[dict]) -> list[str]:
+    keys = sorted({k for r in runs for k in r["params"]})
+    return [k for k in keys if len({r["params"].get(k) for r in runs}) > 1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rlsvc.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--experiment", required=True, help="MLflow experiment name (a config's tracking.experiment)")
+    ap.add_argument("--tracking-uri", help="default MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here")
+    ap.add_argument("--out", default=None, help="PNG path (default: compare-<experiment>.png)")
+    ap.add_argument("--max-runs", type=int, default=20)
+    args = ap.parse_args(argv)
+
+    from mlflow.tracking import MlflowClient
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlsvc.tracking.mlflow_tracker import resolve_tracking_uri
+    from rlsvc.tracking.plots import compare_curves
+
+    uri = resolve_tracking_uri(args.tracking_uri)
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name(args.experiment)
+    if exp is None:
+        names = ", ".join(e.name for e in client.search_experiments()) or "none"
+        print(f"rlsvc.compare: no experiment '{args.experiment}' at {uri} (there: {names})", file=sys.stderr)
+        return 2
+    runs = load_runs(client, exp.experiment_id, args.max_runs)
+    if not runs:
+        print(f"rlsvc.compare: experiment '{args.experiment}' has no runs", file=sys.stderr)
+        return 2
+    diffs = differing_params(runs)
+    table = Table(title=f"{args.experiment}: {len(runs)} runs ({uri})")
+    for col in ("run", "id", "status", *diffs, "steps", "final return", "eval return", "wall s"):
+        table.add_column(col)
+    for r in runs:
+        m = r["metrics"]
+        final = f"{r['returns'][-1]:+.4f}" if r["returns"] else "-"
+        ev = f"{m['eval/mean_return']:+.4f}" if "eval/mean_return" in m else "-"
+        table.add_row(r["name"], r["run_id"][:8], r["status"], *[str(r["params"].get(k, "")) for k in diffs],
+                      str(len(r["steps"])), final, ev, f"{m['total_s']:.0f}" if "total_s" in m else "-")
+    Console(width=200).print(table)
+    out = Path(args.out or f"compare-{args.experiment}.png")
+    # label each line with what sets it apart (not where it wrote its files)
+    telling = [k for k in diffs if k not in ("run.output_dir", "tracking.tracking_uri", "env.code.together_base_url")][:2]
+
+    def label(r: dict) -> str:
+        extra = ", ".join(f"{k}={r['params'].get(k)}" for k in telling)
+        return f"{r['name']} ({r['run_id'][:6]})" + (f" {extra}" if extra else "")
+
+    compare_curves([{**r, "label": label(r)} for r in runs if r["steps"]], out, f"{args.experiment}: mean return")
+    print(f"plot: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""`rlsvc.compare` and the reward curve on MLflow runs logged the way a job logs them (the
+e2e tests run it on two real training runs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from rlsvc.tracking.mlflow_tracker import MlflowTracker
+from rlsvc.tracking.plots import reward_curve
+
+
+def _log_run(uri: str, name: str, kl: float, returns: list[float]) -> str:
+    t = MlflowTracker(uri, "cmp-test", name)
+    t.log_params({"grpo.kl_coef": kl, "run.seed": 0})
+    for i, r in enumerate(returns, 1):
+        t.log_metrics({"return_mean": r, "time/since_start_s": 10.0 * i}, step=i)
+    t.log_metrics({"total_s": 10.0 * len(returns), "eval/mean_return": returns[-1]}, step=len(returns))
+    t.finish()
+    return t.run_id
+
+
+def test_compare_prints_the_differences_and_writes_a_png(tmp_path: Path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _log_run(uri, "kl-0.2", 0.2, [-0.3, -0.2, -0.1])
+    _log_run(uri, "kl-0.0", 0.0, [-0.3, -0.25])
+    out = tmp_path / "cmp.png"
+    res = subprocess.run([sys.executable, "-m", "rlsvc.compare", "--experiment", "cmp-test", "--tracking-uri", uri, "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "grpo.kl_coef" in res.stdout and "run.seed" not in res.stdout  # only what differs
+    assert "-0.1000" in res.stdout and "-0.2500" in res.stdout and "kl-0.2" in res.stdout
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    bad = subprocess.run([sys.executable, "-m", "rlsvc.compare", "--experiment", "nope", "--tracking-uri", uri],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no experiment 'nope'" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_reward_curve_png(tmp_path: Path):
+    path = reward_curve([1, 2, 3], [-0.3, -0.2, -0.1], tmp_path / "c.png", "t", [2], [-0.15])
+    assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 5_000
