@@ -279,8 +279,12 @@ class EvalConfig(Strict):
 class TrackingConfig(Strict):
     tracking_uri: str | None = None
     """MLflow tracking URI; default MLFLOW_TRACKING_URI, else `sqlite:///mlflow.db` here."""
-    experiment: str = "rlsvc"
-    """MLflow experiment name."""
+    experiment: str | None = None
+    """MLflow experiment name; default: the run's name (`run.name`), so each config's runs sit
+    together and `python -m rlsvc.compare --experiment <run.name>` compares them."""
+    system_metrics_interval_s: float | None = Field(10.0, gt=0)
+    """Log the driver node's CPU, memory, disk and network as MLflow system/* metrics this often
+    (MLflow's sampler); None: off."""
     transcripts: int = Field(16, ge=0)
     """Sample episodes written as a transcript artifact at the first and last step."""
 

@@ -147,7 +147,8 @@ def run(cfg: Config, started: float) -> int:
                     "allowed_token_ids": codec.allowed_token_ids if cfg.rollout.constrained_actions else None}
         svc = start_services(cfg, placement, source, sampling)
         trainer_setup = setup_trainers(cfg, svc)
-        tracker = MlflowTracker(resolve_tracking_uri(cfg.tracking.tracking_uri), cfg.tracking.experiment, cfg.run.name)
+        tracker = MlflowTracker(resolve_tracking_uri(cfg.tracking.tracking_uri), cfg.tracking.experiment or cfg.run.name, cfg.run.name,
+                                cfg.tracking.system_metrics_interval_s)
         tracker.log_params(flatten(cfg.model_dump(mode="json")))
         tracker.log_artifact(run_dir / "config.yaml")
         tracker.set_tags({"rlsvc.run_dir": str(run_dir), "ray.dashboard": conn.dashboard_url or "", **run_tags(cfg, resources, nodes)})

@@ -20,7 +20,7 @@ def resolve_tracking_uri(configured: str | None) -> str:
 
 
 class MlflowTracker:
-    def __init__(self, tracking_uri: str, experiment: str, run_name: str) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, run_name: str, system_metrics_interval_s: float | None = None) -> None:
         import mlflow
         from mlflow.tracking import MlflowClient
 
@@ -30,6 +30,14 @@ class MlflowTracker:
         exp = self.client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
         self.run_id = self.client.create_run(exp_id, run_name=run_name).info.run_id
+        self._system = None
+        if system_metrics_interval_s:
+            # MLflow's own sampler (psutil): CPU, memory, disk and network of the driver's node as
+            # system/* metrics, on a background thread until finish()
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            self._system = SystemMetricsMonitor(self.run_id, sampling_interval=system_metrics_interval_s, tracking_uri=tracking_uri)
+            self._system.start()
 
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
@@ -63,4 +71,7 @@ class MlflowTracker:
             self.client.set_tag(self.run_id, k, v)
 
     def finish(self, status: str = "FINISHED") -> None:
+        if self._system is not None:
+            self._system.finish()
+            self._system = None
         self.client.set_terminated(self.run_id, status=status)

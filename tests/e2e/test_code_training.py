@@ -76,7 +76,7 @@ def test_code_tiny_trains_with_together_against_the_fake_service(tmp_path: Path,
 def test_compare_the_two_runs(uri: str, tmp_path: Path):
     """`rlsvc.compare` on the two real runs above: a table that shows the backend differs, and the PNG."""
     out = tmp_path / "compare.png"
-    res = subprocess.run([sys.executable, "-m", "rlsvc.compare", "--experiment", "rlsvc-code", "--tracking-uri", uri, "--out", str(out)],
+    res = subprocess.run([sys.executable, "-m", "rlsvc.compare", "--experiment", "code_tiny", "--tracking-uri", uri, "--out", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "2 runs" in res.stdout and "env.code.backend" in res.stdout and "together" in res.stdout and "local" in res.stdout

@@ -40,3 +40,16 @@ def test_compare_prints_the_differences_and_writes_a_png(tmp_path: Path):
 def test_reward_curve_png(tmp_path: Path):
     path = reward_curve([1, 2, 3], [-0.3, -0.2, -0.1], tmp_path / "c.png", "t", [2], [-0.15])
     assert path.read_bytes()[:4] == b"\x89PNG" and path.stat().st_size > 5_000
+
+
+def test_system_metrics_are_sampled_into_the_run(tmp_path: Path):
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    t = MlflowTracker(uri, "sys-test", "r", system_metrics_interval_s=0.5)
+    time.sleep(2.0)
+    t.finish()
+    names = set(MlflowClient(uri).get_run(t.run_id).data.metrics)
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= names, names
