@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
+from rlsvc.envs.lazy import lazy_classes
+
 ActionName = Literal["hit", "stand"]
 Outcome = Literal["win", "push", "loss"]
 CardSource = Callable[[], int]
@@ -299,21 +301,12 @@ def _build_openenv_classes() -> dict[str, type]:
                 outcome=game.outcome,
             )
 
-    classes: dict[str, type] = {
+    return {
         "BlackjackAction": BlackjackAction,
         "BlackjackObservation": BlackjackObservation,
         "BlackjackState": BlackjackState,
         "BlackjackEnvironment": BlackjackEnvironment,
     }
-    # Give the classes their module-level names so pickling (Ray) and reprs find them.
-    for name, cls in classes.items():
-        cls.__module__ = __name__
-        cls.__qualname__ = name
-    return classes
 
 
-def __getattr__(name: str) -> Any:
-    if name in _OPENENV_NAMES:
-        globals().update(_build_openenv_classes())
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_classes(__name__, _OPENENV_NAMES, _build_openenv_classes)

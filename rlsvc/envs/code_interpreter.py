@@ -19,6 +19,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from rlsvc.envs.lazy import lazy_classes
 from rlsvc.sandbox.local import LocalSandbox, LocalSession, SandboxLimits, SandboxResult
 from rlsvc.tasks import arithmetic_problem, load_problems, parse_number, score_output, unit_test_program
 
@@ -286,20 +287,12 @@ def _build_openenv_classes() -> dict[str, type]:
         def close(self) -> None:
             self.episode.close_session()
 
-    classes: dict[str, type] = {
+    return {
         "CodeAction": CodeAction,
         "CodeObservation": CodeObservation,
         "CodeState": CodeState,
         "CodeInterpreterEnvironment": CodeInterpreterEnvironment,
     }
-    for name, cls in classes.items():
-        cls.__module__ = __name__
-        cls.__qualname__ = name
-    return classes
 
 
-def __getattr__(name: str) -> Any:
-    if name in _OPENENV_NAMES:
-        globals().update(_build_openenv_classes())
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_classes(__name__, _OPENENV_NAMES, _build_openenv_classes)
