@@ -61,6 +61,25 @@ class MlflowTracker:
         else:
             self.client.log_artifact(self.run_id, str(p), artifact_path)
 
+    def log_policy_model(self, checkpoint: str | Path, example_prompts: list[str], name: str = "policy") -> str:
+        """Log the checkpoint folder as an MLflow pyfunc model (`policy_pyfunc.py`) with a
+        signature prompt -> completion; returns its `runs:/` URI, which `mlflow.pyfunc.load_model`
+        takes. Requirements are given, not inferred: inference would load the model in a subprocess."""
+        import mlflow
+        import torch
+        import transformers
+
+        with mlflow.start_run(run_id=self.run_id, log_system_metrics=False):
+            mlflow.pyfunc.log_model(
+                name=name,
+                python_model=str(Path(__file__).with_name("policy_pyfunc.py")),
+                artifacts={"checkpoint": str(checkpoint)},
+                input_example=example_prompts,
+                pip_requirements=[f"mlflow=={mlflow.__version__}", f"torch=={torch.__version__.split('+')[0]}",
+                                  f"transformers=={transformers.__version__}"],
+            )
+        return f"runs:/{self.run_id}/{name}"
+
     def history(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of a metric logged to this run, by step."""
         points = sorted(self.client.get_metric_history(self.run_id, key), key=lambda m: m.step)

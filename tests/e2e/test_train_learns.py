@@ -98,3 +98,15 @@ def test_default_job_learns_blackjack(tmp_path: Path):
                         capture_output=True, text=True, timeout=300)
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert json.loads(ev.stdout)["mean_return"] == pytest.approx(mean)
+
+    # the final policy is an MLflow model too: loaded back by its URI, it plays as the checkpoint does
+    import mlflow
+
+    from rlsvc.envs.blackjack import format_prompt
+    from rlsvc.eval import all_states, load_policy
+
+    assert result["mlflow_model_uri"] == f"runs:/{run.info.run_id}/policy" and result["mlflow_model_uri"] in stdout
+    mlflow.set_tracking_uri(uri)
+    states = all_states()
+    answers = mlflow.pyfunc.load_model(result["mlflow_model_uri"]).predict([format_prompt(s) for s in states])
+    assert answers == [a.upper() for a in load_policy(result["checkpoint"]).act(states)]
