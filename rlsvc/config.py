@@ -298,6 +298,10 @@ class ClusterConfig(Strict):
     """Custom resource advertised by nodes that run env, reward and buffer actors."""
     local_num_cpus: int | None = None
     """Logical CPUs of a local cluster (default: max(8, cores), so every actor fits on a laptop)."""
+    autoscaling: bool = False
+    """The cluster adds nodes on demand (KubeRay or launcher autoscaler): start actors that no
+    current node can hold and let them wait for nodes. Off: such a job is refused at once, in one
+    line naming the actor, instead of waiting forever."""
     metrics_export_port: int | None = Field(None, ge=1, le=65535)
     """Port of a local cluster's Prometheus endpoint (`http://127.0.0.1:PORT/metrics`, the rlsvc_*
     metrics); default: one Ray picks. A joined cluster has its own (`ray start --metrics-export-port`)."""

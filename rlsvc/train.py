@@ -87,9 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterUnreachable as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
+    from rlsvc.cluster.placement import PlacementError
     from rlsvc.job import run
 
-    return run(cfg, started)
+    try:
+        return run(cfg, started)
+    except PlacementError as e:  # found after joining the cluster, before any actor started
+        print(f"rlsvc.train: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

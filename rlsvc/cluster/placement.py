@@ -99,6 +99,11 @@ def planned(cfg: Config) -> dict[Role, Placement]:
     return out
 
 
+class PlacementError(ValueError):
+    """The cluster cannot hold the job as configured (a missing node label, an actor too big for
+    every node): raised before any actor starts, printed as one line by `rlsvc.train`."""
+
+
 def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> dict[Role, Placement]:
     """Placement for each role on the cluster at hand. On a one-node cluster that lacks the labels,
     place without them (a laptop's `ray start --head`); on a multi-node cluster a missing label is
@@ -107,7 +112,7 @@ def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> di
     for role, place in out.items():
         if place.resource not in cluster_resources:
             if num_nodes > 1:
-                raise RuntimeError(f"no node of this {num_nodes}-node Ray cluster advertises resource '{place.resource}' for {role} actors")
+                raise PlacementError(f"no node of this {num_nodes}-node Ray cluster advertises resource '{place.resource}' for {role} actors")
             log.warning("the Ray cluster advertises no '%s'; placing %s actors without it", place.resource, role)
             out[role] = dataclasses.replace(place, resource=None)
     return out
@@ -125,7 +130,8 @@ def group_demand(placement: dict[Role, Placement]) -> dict[NodeGroup, tuple[floa
 def pack(placement: dict[Role, Placement], nodes: list[dict[str, float]]) -> dict[str, list[int]]:
     """First-fit-decreasing packing of every actor onto `nodes` (Ray resource dicts, consumed as
     it goes): actor name -> [node index]. Raises ValueError naming the first actor that does not
-    fit. Ray's scheduler is not bound to this packing; it shows a cluster shape can hold the job."""
+    fit. Ray's scheduler is not bound to this packing; it shows a cluster shape can hold the job
+    (and, on a live cluster, that the job will not wait forever for resources no node has)."""
     free = [dict(n) for n in nodes]
     actors = [(p, i) for p in placement.values() for i in range(p.count)]
     actors.sort(key=lambda a: (a[0].num_gpus, a[0].num_cpus), reverse=True)
@@ -139,7 +145,9 @@ def pack(placement: dict[Role, Placement], nodes: list[dict[str, float]]) -> dic
                 where[actor_name(p.role, i, p.count)] = [n]
                 break
         else:
-            raise ValueError(f"{actor_name(p.role, i, p.count)} ({p.num_cpus:g} CPU, {p.num_gpus:g} GPU, on '{p.resource}') fits on no node")
+            have = ", ".join(f"{n.get('CPU', 0):g} CPU/{n.get('GPU', 0):g} GPU" for n in nodes)
+            raise PlacementError(f"{actor_name(p.role, i, p.count)} ({p.num_cpus:g} CPU, {p.num_gpus:g} GPU, on '{p.resource}') "
+                                 f"fits on no node of this cluster (nodes: {have}; the actors before it took their share)")
     return where
 
 
