@@ -30,6 +30,18 @@ def differing_params(runs: list[dict]) -> list[str]:
     return [k for k in keys if len({r["params"].get(k) for r in runs}) > 1]
 
 
+# where a run writes says nothing about what it computes; evaluation and length settings matter
+# less for telling curves apart than the algorithm's
+_WHERE = ("run.output_dir", "tracking.tracking_uri", "env.code.together_base_url")
+_SECONDARY = ("eval.", "run.", "tracking.")
+
+
+def telling_params(diffs: list[str], n: int = 2) -> list[str]:
+    """The `n` differing config keys that best tell runs apart, for plot labels."""
+    keys = [k for k in diffs if k not in _WHERE]
+    return sorted(keys, key=lambda k: k.startswith(_SECONDARY))[:n]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rlsvc.compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--experiment", required=True, help="MLflow experiment name (a config's tracking.experiment)")
@@ -68,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                       str(len(r["steps"])), final, ev, f"{m['total_s']:.0f}" if "total_s" in m else "-")
     Console(width=200).print(table)
     out = Path(args.out or f"compare-{args.experiment}.png")
-    # label each line with what sets it apart (not where it wrote its files)
-    telling = [k for k in diffs if k not in ("run.output_dir", "tracking.tracking_uri", "env.code.together_base_url")][:2]
+    telling = telling_params(diffs)  # label each line with what sets it apart
 
     def label(r: dict) -> str:
         extra = ", ".join(f"{k}={r['params'].get(k)}" for k in telling)

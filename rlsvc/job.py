@@ -17,8 +17,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rlsvc.async_loop import AsyncGRPOLoop
-from rlsvc.cluster.placement import plan
-from rlsvc.cluster.ray_setup import cluster_view, connect
+from rlsvc.cluster.placement import pack, plan
+from rlsvc.cluster.ray_setup import cluster_view, connect, node_resources, submission_metadata
 from rlsvc.config import Config, flatten, to_yaml
 from rlsvc.loop import GRPOLoop
 from rlsvc.policy_io import BlackjackCodec, CodeCodec, make_codec
@@ -26,7 +26,7 @@ from rlsvc.services import Services, start_services
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rlsvc.tracking.plots import reward_curve
 from rlsvc.tracking.ray_metrics import RayStepMetrics
-from rlsvc.tracking.run_tags import run_tags
+from rlsvc.tracking.run_tags import ray_job_metadata, ray_job_tags, run_tags
 
 log = logging.getLogger("rlsvc")
 CHECKPOINT_META = "rlsvc.json"
@@ -57,7 +57,9 @@ def setup_trainers(cfg: Config, svc: Services) -> dict[str, Any]:
 def save_final(cfg: Config, state: dict, version: int, codec: BlackjackCodec | CodeCodec, folder: Path) -> Path:
     from rlsvc.models.hf_export import save_hf_checkpoint
 
-    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": codec.prompt_format, "policy_version": version}
+    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": codec.prompt_format, "policy_version": version,
+            # how the MLflow pyfunc model (rlsvc/tracking/policy_pyfunc.py) decodes, as training did
+            "max_tokens": cfg.rollout.max_tokens, "max_prompt_tokens": cfg.model.titan.max_seq_len - cfg.rollout.max_tokens}
     save_hf_checkpoint(folder, state, cfg.model.titan, extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
     return folder
 
@@ -78,9 +80,11 @@ class Best:
     state: dict
 
 
-def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console, started: float, transcripts: Path) -> tuple[dict[str, float], Best | None]:
-    """GRPO steps until `run.steps` or the time budget; validates every `eval.every_steps`."""
+def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console, started: float, transcripts: Path) -> tuple[dict[str, float], Best | None, list]:
+    """GRPO steps until `run.steps` or the time budget; validates every `eval.every_steps`.
+    Returns the last step's metrics, the best validated policy, and the last step's episodes."""
     last: dict[str, float] = {}
+    episodes: list = []
     best: Best | None = None
     ray_metrics = RayStepMetrics(transcripts.parent.name, cfg.weight_sync.type)
     with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
@@ -105,7 +109,7 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
             bar.update(task, advance=1, ret=last["return_mean"], val=best_val)
             if not console.is_terminal and (step + 1) % 10 == 0:  # job logs get plain lines, not a bar
                 console.print(f"step {step + 1}/{cfg.run.steps} return {last['return_mean']:+.3f} best greedy {best_val:+.3f} elapsed {time.time() - started:.0f}s")
-    return last, best
+    return last, best, episodes
 
 
 def final_weights(cfg: Config, loop: GRPOLoop, best: Best | None, console: Console) -> tuple[dict, int]:
@@ -133,13 +137,25 @@ def run(cfg: Config, started: float) -> int:
     run_dir = Path(cfg.run.output_dir).resolve() / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    conn = connect(cfg.cluster)
+    # The MLflow run comes first: its id goes on the Ray job (metadata) the moment the driver joins.
+    experiment = cfg.tracking.experiment or cfg.run.name
+    # the MLflow run is named after the run folder (config name + start time): unique within the experiment
+    tracker = MlflowTracker(resolve_tracking_uri(cfg.tracking.tracking_uri), experiment, run_dir.name, cfg.tracking.system_metrics_interval_s)
+    conn = None
     svc: Services | None = None
-    tracker: MlflowTracker | None = None
     status = "FAILED"
     try:
+        tracker.log_params(flatten(cfg.model_dump(mode="json")))
+        tracker.log_artifact(run_dir / "config.yaml")
+        conn = connect(cfg.cluster, metadata=ray_job_metadata(cfg, tracker.run_id, experiment))
         resources, nodes = cluster_view()
+        tracker.set_tags({"rlsvc.run_dir": str(run_dir), "ray.dashboard": conn.dashboard_url or "", **run_tags(cfg, resources, nodes),
+                          **ray_job_tags(conn.job_id, submission_metadata())})
+        console.print(f"[bold]rlsvc[/] run {cfg.run.name}  ray={conn.address} job={conn.job_id}  dashboard={conn.dashboard_url}  "
+                      f"mlflow={tracker.tracking_uri} run_id={tracker.run_id}")
         placement = plan(cfg, resources, nodes)
+        if not cfg.cluster.autoscaling:
+            pack(placement, node_resources())  # refuse now what no node can hold, rather than wait forever
         with tempfile.TemporaryDirectory(prefix="rlsvc-init-") as tmp:
             tokenizer, source = prepare_model(cfg, Path(tmp))
         codec = make_codec(cfg.env.type, tokenizer, cfg.model.titan.max_seq_len, cfg.rollout.max_tokens)
@@ -147,12 +163,6 @@ def run(cfg: Config, started: float) -> int:
                     "allowed_token_ids": codec.allowed_token_ids if cfg.rollout.constrained_actions else None}
         svc = start_services(cfg, placement, source, sampling)
         trainer_setup = setup_trainers(cfg, svc)
-        tracker = MlflowTracker(resolve_tracking_uri(cfg.tracking.tracking_uri), cfg.tracking.experiment or cfg.run.name, cfg.run.name,
-                                cfg.tracking.system_metrics_interval_s)
-        tracker.log_params(flatten(cfg.model_dump(mode="json")))
-        tracker.log_artifact(run_dir / "config.yaml")
-        tracker.set_tags({"rlsvc.run_dir": str(run_dir), "ray.dashboard": conn.dashboard_url or "", **run_tags(cfg, resources, nodes)})
-        console.print(f"[bold]rlsvc[/] run {cfg.run.name}  ray={conn.address}  dashboard={conn.dashboard_url}  mlflow={tracker.tracking_uri} run_id={tracker.run_id}")
 
         loop = (AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, svc, codec)
         warm_loss = loop.warm_start(cfg.model.warm_start_steps) if cfg.model.warm_start_steps else float("nan")
@@ -167,7 +177,7 @@ def run(cfg: Config, started: float) -> int:
         transcripts = run_dir / "transcripts.jsonl"
         t_train = time.time()
         try:
-            last, best = train(cfg, loop, tracker, console, started, transcripts)
+            last, best, last_episodes = train(cfg, loop, tracker, console, started, transcripts)
         finally:
             loop.close()
         train_s = time.time() - t_train
@@ -181,29 +191,34 @@ def run(cfg: Config, started: float) -> int:
             result = evaluate(load_policy(checkpoint), cfg.eval.episodes, cfg.eval.seed)
             tracker.log_metrics({f"eval/{k}": v for k, v in result.items()} | {"eval/time_s": time.time() - t_eval}, step=loop.version)
         total_s = time.time() - started
-        tracker.log_metrics({"total_s": total_s}, step=loop.version)
+        episodes_per_s = loop.version * cfg.grpo.groups_per_step * cfg.grpo.group_size / max(train_s, 1e-9)
+        tracker.log_metrics({"total_s": total_s, "episodes_per_s": episodes_per_s}, step=loop.version)
         curve = reward_curve(*tracker.history("return_mean"), run_dir / "reward_curve.png", f"{cfg.run.name}: mean return per step",
                              *tracker.history("eval/val_return"))
         for path in (checkpoint, transcripts, curve):
             if path.exists():
                 tracker.log_artifact(path, path.name if path.is_dir() else None)
+        # the same policy as an MLflow model; its input example is what the policy read last step
+        examples = [codec.tokenizer.decode(ep.prompts[0], skip_special_tokens=True) for ep in last_episodes[:2] if ep.prompts]
+        model_uri = tracker.log_policy_model(checkpoint, examples or [""])
         (run_dir / "result.json").write_text(json.dumps({
-            "checkpoint": str(checkpoint), "mlflow_run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
+            "checkpoint": str(checkpoint), "mlflow_run_id": tracker.run_id, "mlflow_model_uri": model_uri, "tracking_uri": tracker.tracking_uri,
             "steps": loop.version, "saved_version": saved_version, "best_val_return": best.val_return if best else None, "total_s": total_s, "startup_s": startup_s, "train_s": train_s,
-            "episodes_per_s": loop.version * cfg.grpo.groups_per_step * cfg.grpo.group_size / max(train_s, 1e-9), "eval": result, "last_step": last,
+            "episodes_per_s": episodes_per_s, "eval": result, "last_step": last,
         }, indent=2))
         status = "FINISHED"
-        summary(console, cfg, loop.version, saved_version, last, result, checkpoint, tracker, total_s)
+        summary(console, cfg, loop.version, saved_version, last, result, checkpoint, tracker, total_s, model_uri)
         return 0
     finally:
-        if tracker is not None:
-            tracker.finish(status)
+        tracker.finish(status)
         if svc is not None:
             svc.stop()
-        conn.shutdown()
+        if conn is not None:
+            conn.shutdown()
 
 
-def summary(console: Console, cfg: Config, version: int, saved: int, last: dict, result: dict, checkpoint: Path, tracker: MlflowTracker, total_s: float) -> None:
+def summary(console: Console, cfg: Config, version: int, saved: int, last: dict, result: dict, checkpoint: Path, tracker: MlflowTracker,
+            total_s: float, model_uri: str) -> None:
     table = Table(title="rlsvc run summary", show_header=False)
     rows = [
         ("steps (policy version)", str(version)),
@@ -214,6 +229,7 @@ def summary(console: Console, cfg: Config, version: int, saved: int, last: dict,
         ("wall time", f"{total_s:.0f} s"),
         ("checkpoint", str(checkpoint)),
         ("mlflow run id", tracker.run_id),
+        ("mlflow model", model_uri),
         ("mlflow tracking uri", tracker.tracking_uri),
     ]
     for k, v in rows:

@@ -8,6 +8,8 @@ token". Clusters that need auth set RAY_AUTH_MODE=token (and the token) for serv
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import socket
 from dataclasses import dataclass
@@ -28,6 +30,11 @@ WORKER_ENV = {
 }
 
 
+log = logging.getLogger(__name__)
+# Set by Ray Jobs for a submitted entrypoint: the submission's runtime env and metadata (with its id).
+SUBMISSION_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
+
 class ClusterUnreachable(RuntimeError):
     pass
 
@@ -37,6 +44,8 @@ class Connection:
     started_locally: bool
     address: str
     dashboard_url: str | None
+    job_id: str = ""
+    """This driver's Ray job id (hex)."""
 
     def shutdown(self) -> None:
         import ray
@@ -61,18 +70,55 @@ def check_reachable(address: str, timeout_s: float = 3.0) -> None:
         raise ClusterUnreachable(f"Ray cluster at {address} does not answer ({e.strerror or e})") from e
 
 
-def connect(cfg: ClusterConfig, log_to_driver: bool = True) -> Connection:
+def submission_metadata() -> dict[str, str]:
+    """The metadata `ray job submit` gave this driver (`--metadata-json`, plus Ray's own
+    `job_submission_id`); empty when the driver was not submitted through Ray Jobs."""
+    try:
+        return dict(json.loads(os.environ.get(SUBMISSION_ENV) or "{}").get("metadata") or {})
+    except (ValueError, AttributeError):
+        return {}
+
+
+def annotate_submission(metadata: dict[str, str]) -> bool:
+    """Add `metadata` to this driver's Ray job submission, where `ray job status`, `ray list jobs`
+    and the dashboard's Jobs page show it. The submitter cannot know values the job makes (its
+    MLflow run id) and Ray has no public call to change a submission's metadata, so this rewrites
+    the submission's record in Ray's internal KV (the store and key its job manager uses), best
+    effort: False, with a warning, when not submitted or when that internal layout changed."""
+    submission = submission_metadata().get("job_submission_id")
+    if not submission:
+        return False
+    try:
+        from ray._private import ray_constants
+        from ray.dashboard.modules.job.common import JobInfoStorageClient
+        from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_put
+
+        key = JobInfoStorageClient.JOB_DATA_KEY.format(job_id=submission)
+        info = json.loads(_internal_kv_get(key, namespace=ray_constants.KV_NAMESPACE_JOB))
+        info["metadata"] = {**(info.get("metadata") or {}), **metadata}
+        _internal_kv_put(key, json.dumps(info), overwrite=True, namespace=ray_constants.KV_NAMESPACE_JOB)
+        return True
+    except Exception as e:  # never fail a training job over a label
+        log.warning("could not add %s to Ray job submission %s: %s", sorted(metadata), submission, e)
+        return False
+
+
+def connect(cfg: ClusterConfig, log_to_driver: bool = True, metadata: dict[str, str] | None = None) -> Connection:
+    """Join `cfg`'s cluster or start a local one. `metadata` goes on this driver's Ray job (its
+    JobConfig; `ray list jobs --detail` shows it), and on its submission when it was submitted."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     for k, v in WORKER_ENV.items():
         os.environ.setdefault(k, v)
     import ray
+    from ray.job_config import JobConfig
 
     address = cfg.resolved_address()
+    job_config = JobConfig(metadata=dict(metadata or {}))
     if address:
         check_reachable(address)
         # No runtime_env here: it would replace the one `ray job submit` gave this driver (its
         # working_dir). Actors get their env vars through their own options (placement.py).
-        ctx = ray.init(address=address, log_to_driver=log_to_driver)
+        ctx = ray.init(address=address, log_to_driver=log_to_driver, job_config=job_config)
         started = False
     else:
         cpus = cfg.local_num_cpus or max(8, os.cpu_count() or 1)
@@ -81,14 +127,25 @@ def connect(cfg: ClusterConfig, log_to_driver: bool = True) -> Connection:
             resources={cfg.gpu_node_resource: 1.0, cfg.cpu_node_resource: 1.0},
             include_dashboard=True,
             log_to_driver=log_to_driver,
+            job_config=job_config,
             **({"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}),
         )
         started = True
+    if metadata:
+        annotate_submission(metadata)
     dashboard = getattr(ctx, "dashboard_url", None)
-    return Connection(started, address or ctx.address_info.get("address", "local"), f"http://{dashboard}" if dashboard else None)
+    return Connection(started, address or ctx.address_info.get("address", "local"), f"http://{dashboard}" if dashboard else None,
+                      ray.get_runtime_context().get_job_id())
 
 
 def cluster_view() -> tuple[dict[str, float], int]:
     import ray
 
-    return ray.cluster_resources(), len([n for n in ray.nodes() if n.get("Alive")])
+    return ray.cluster_resources(), len(node_resources())
+
+
+def node_resources() -> list[dict[str, float]]:
+    """Each live node's total resources (CPU, GPU, memory, custom labels)."""
+    import ray
+
+    return [dict(n["Resources"]) for n in ray.nodes() if n.get("Alive")]

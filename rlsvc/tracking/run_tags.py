@@ -43,3 +43,19 @@ def run_tags(cfg: Config, resources: dict[str, float], num_nodes: int) -> dict[s
         "rlsvc.env": cfg.env.type,
         "rlsvc.cluster_shape": cluster_shape(resources, num_nodes),
     }
+
+
+def ray_job_tags(job_id: str, submission: dict[str, str]) -> dict[str, str]:
+    """The Ray job a run belongs to: its job id and, when submitted through Ray Jobs, the
+    submission id and the submitter's metadata (`ray job submit --metadata-json`)."""
+    tags = {"ray.job_id": job_id}
+    for key, value in submission.items():
+        tags["ray.submission_id" if key == "job_submission_id" else f"ray.submission.{key}"] = str(value)
+    return tags
+
+
+def ray_job_metadata(cfg: Config, run_id: str, experiment: str) -> dict[str, str]:
+    """What the Ray job carries about its run (its JobConfig and submission metadata): the config
+    and where in MLflow to find the run."""
+    return {"rlsvc.config_name": cfg.run.name, "rlsvc.config_hash": config_hash(cfg), "rlsvc.mlflow_run_id": run_id,
+            "rlsvc.mlflow_experiment": experiment}

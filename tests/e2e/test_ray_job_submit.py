@@ -144,7 +144,8 @@ def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed,
     entrypoint = re.sub(r"/app/", f"{REPO}/", rayjob["spec"]["entrypoint"]).split()
     entrypoint = [a for a in entrypoint if not a.startswith("run.output_dir=")]
     cfg_path = entrypoint[entrypoint.index("--config") + 1]
-    cmd = [str(BIN / "ray"), "job", "submit", "--address", cluster.url, "--working-dir", str(REPO),
+    submission = f"rlsvc-test-{os.getpid()}-{int(time.time())}"
+    cmd = [str(BIN / "ray"), "job", "submit", "--address", cluster.url, "--submission-id", submission, "--working-dir", str(REPO),
            "--runtime-env-json", json.dumps(runtime_env), "--metadata-json", json.dumps(rayjob["spec"]["metadata"]), "--",
            *entrypoint, "run.steps=2", "eval.episodes=500", "eval.every_steps=1", f"run.output_dir={tmp_path / 'runs'}"]
     out = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True, timeout=900)
@@ -153,6 +154,18 @@ def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed,
     result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
     assert result["steps"] == 2 and Path(result["checkpoint"], "config.json").is_file()
     assert result["tracking_uri"] == runtime_env["env_vars"]["MLFLOW_TRACKING_URI"]
+
+    # the submission carries the run's config and MLflow run id, and the MLflow run the Ray job's ids
+    from mlflow.tracking import MlflowClient
+    from ray.job_submission import JobSubmissionClient
+
+    metadata = JobSubmissionClient(cluster.url).get_job_info(submission).metadata
+    assert metadata == {**rayjob["spec"]["metadata"], "rlsvc.mlflow_run_id": result["mlflow_run_id"],
+                        "rlsvc.config_name": "blackjack_tiny", "rlsvc.mlflow_experiment": "blackjack_tiny",
+                        "rlsvc.config_hash": metadata["rlsvc.config_hash"]}, metadata
+    tags = MlflowClient(result["tracking_uri"]).get_run(result["mlflow_run_id"]).data.tags
+    assert tags["ray.submission_id"] == submission and tags["rlsvc.config_hash"] == metadata["rlsvc.config_hash"]
+    assert all(tags[f"ray.submission.{k}"] == v for k, v in rayjob["spec"]["metadata"].items()) and len(tags["ray.job_id"]) == 8
 
     # where every actor of the plan ran, by its rlsvc name, from Ray's state API
     groups = cluster.node_groups()

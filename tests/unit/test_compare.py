@@ -53,3 +53,11 @@ def test_system_metrics_are_sampled_into_the_run(tmp_path: Path):
     t.finish()
     names = set(MlflowClient(uri).get_run(t.run_id).data.metrics)
     assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes"} <= names, names
+
+
+def test_plot_labels_prefer_algorithm_settings_over_where_and_how_long():
+    from rlsvc.compare import telling_params
+
+    diffs = ["eval.episodes", "grpo.kl_coef", "run.output_dir", "run.steps", "rollout.temperature", "tracking.tracking_uri"]
+    assert telling_params(diffs) == ["grpo.kl_coef", "rollout.temperature"]
+    assert telling_params(["eval.episodes", "run.output_dir"]) == ["eval.episodes"]
