@@ -41,3 +41,33 @@ def ray_cluster():
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+@pytest.fixture
+def run_notebook():
+    """`run_notebook(name, env)` -> (all output text, number of PNGs shown): see execute_notebook."""
+    return lambda name, env, timeout_s=900: notebook_outputs(execute_notebook(name, env, timeout_s))
+
+
+def execute_notebook(name: str, env: dict[str, str], timeout_s: int = 900):
+    """Run notebooks/NAME top to bottom in a fresh kernel (nbclient), with `env` added to the
+    kernel's environment; any cell that raises fails the test. Returns the executed notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(REPO / "notebooks" / name, as_version=4)
+    client = NotebookClient(nb, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}})
+    client.execute(env={**os.environ, **env})
+    return nb
+
+
+def notebook_outputs(nb) -> tuple[str, int]:
+    """All text a notebook's cells output (streams, results, HTML), and how many PNGs they show."""
+    texts, pngs = [], 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            texts.append(out.get("text", ""))
+            data = out.get("data", {})
+            texts += [data.get("text/plain", ""), data.get("text/html", "")]
+            pngs += "image/png" in data
+    return "\n".join(t if isinstance(t, str) else "".join(t) for t in texts), pngs

@@ -73,7 +73,7 @@ def test_code_tiny_trains_with_together_against_the_fake_service(tmp_path: Path,
     assert KEY not in Path(result["checkpoint"]).parent.joinpath("config.yaml").read_text()
 
 
-def test_compare_the_two_runs(uri: str, tmp_path: Path):
+def test_compare_the_two_runs(uri: str, tmp_path: Path, run_notebook):
     """`rlsvc.compare` on the two real runs above: a table that shows the backend differs, and the PNG."""
     out = tmp_path / "compare.png"
     res = subprocess.run([sys.executable, "-m", "rlsvc.compare", "--experiment", "code_tiny", "--tracking-uri", uri, "--out", str(out)],
@@ -82,3 +82,8 @@ def test_compare_the_two_runs(uri: str, tmp_path: Path):
     assert "2 runs" in res.stdout and "env.code.backend" in res.stdout and "together" in res.stdout and "local" in res.stdout
     assert KEY not in res.stdout
     assert out.read_bytes()[:4] == b"\x89PNG" and out.stat().st_size > 10_000
+
+    # notebooks/compare_runs.ipynb on the same two runs: overview, config differences, curves, phases
+    text, pngs = run_notebook("compare_runs.ipynb", {"RLSVC_NB_EXPERIMENT": "code_tiny", "MLFLOW_TRACKING_URI": uri})
+    assert pngs == 1 and "2 runs" in text and "env.code.backend" in text and "together" in text and "rollout" in text
+    assert KEY not in text
