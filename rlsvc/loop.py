@@ -56,6 +56,39 @@ def drop_failed_groups(episodes: list[Episode]) -> tuple[list[Episode], int]:
     return [ep for ep in episodes if ep.group_id not in failed], len(failed)
 
 
+class TooManyNonFiniteSteps(RuntimeError):
+    pass
+
+
+@dataclass
+class NonFiniteGuard:
+    """Counts steps skipped for a NaN/inf loss or gradient (the trainer does not apply them) and
+    stops the job once `limit` were."""
+
+    limit: int
+    skipped: int = 0
+
+    def observe(self, train_metrics: dict[str, float]) -> None:
+        if train_metrics.get("nonfinite_skipped", 0.0) > 0:
+            self.skipped += 1
+            if self.skipped >= self.limit:
+                raise TooManyNonFiniteSteps(f"{self.skipped} steps had a non-finite loss or gradient "
+                                            f"(faults.max_nonfinite_steps={self.limit}); stopping")
+
+
+def score(reward_actor, episodes: list[Episode]) -> tuple[list[Episode], int, int]:
+    """Rewards onto the episodes; an episode whose reward function failed fails its group, which
+    is left out. Returns (scored episodes, groups dropped, episodes that failed scoring)."""
+    errors = 0
+    for ep, reward in zip(episodes, ray.get(reward_actor.score.remote(episodes))):
+        if reward is None:
+            ep.failed, errors = True, errors + 1
+        else:
+            ep.reward = reward
+    kept, dropped = drop_failed_groups(episodes)
+    return kept, dropped, errors
+
+
 @dataclass
 class GRPOLoop:
     cfg: Config
@@ -68,6 +101,7 @@ class GRPOLoop:
         self.allowed = self.codec.allowed_token_ids if self.cfg.rollout.constrained_actions else None
         ws = self.cfg.weight_sync
         self.sync = build_weight_sync(ws.type, self.svc.trainers, self.svc.rollout, ws.bucket_mb, ws.verify)
+        self.nonfinite = NonFiniteGuard(self.cfg.faults.max_nonfinite_steps)
 
     def warm_start(self, steps: int, batch_size: int = 256) -> float:
         """Teach the answer format only: random observations, random HIT/STAND answers."""
@@ -139,9 +173,12 @@ class GRPOLoop:
         B, G = cfg.grpo.groups_per_step, cfg.grpo.group_size
         t0 = time.perf_counter()
         played = episodes
+        env_failures = sum(ep.failed for ep in played)
         episodes, dropped = drop_failed_groups(played)
-        for ep, reward in zip(episodes, ray.get(svc.reward.score.remote(episodes))):
-            ep.reward = reward
+        episodes, dropped_scoring, reward_errors = score(svc.reward, episodes)
+        dropped += dropped_scoring
+        faults = {"groups_dropped": float(dropped), "failed_episodes": float(env_failures), "reward_errors": float(reward_errors),
+                  "env_actor_failures": float(getattr(svc.fleet, "take_failures", lambda: 0)())}
         assign_advantages(episodes, G, cfg.grpo.normalize_std)
         depth = ray.get(svc.buffer.add.remote(episodes))
         batch_eps = ray.get(svc.buffer.sample.remote(B * G, self.version))
@@ -150,8 +187,7 @@ class GRPOLoop:
         t_reward = time.perf_counter()
         if not batch_eps:  # every group failed: nothing to learn from; the version still moves on
             self.version += 1
-            return {**episode_metrics(played, self.codec), "groups_dropped": float(dropped), "train_skipped": 1.0,
-                    "failed_episodes": float(sum(ep.failed for ep in played)), "buffer_depth": float(depth),
+            return {**episode_metrics(played, self.codec), **faults, "train_skipped": 1.0, "buffer_depth": float(depth),
                     "policy_version": float(self.version), "time/reward_s": t_reward - t0}
         batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
 
@@ -163,14 +199,15 @@ class GRPOLoop:
         t_ref = time.perf_counter()
 
         train = self.train(batch)
+        self.nonfinite.observe(train)
         self.version += 1
         t_train = time.perf_counter()
         hist = Counter(staleness)
         return {
             **episode_metrics(played, self.codec),
             **train,
-            "groups_dropped": float(dropped),
-            "failed_episodes": float(sum(ep.failed for ep in played)),
+            **faults,
+            "nonfinite_steps_total": float(self.nonfinite.skipped),
             "buffer_depth": float(depth),
             "train_skipped": 0.0,
             "time/reward_s": t_reward - t0,
@@ -196,4 +233,6 @@ class GRPOLoop:
         for minibatch in split_batch(batch, cfg.trainer.minibatches):
             shards = split_batch(minibatch, len(self.svc.trainers))
             results.append(ray.get([t.call.remote("train_step", s, **kwargs) for t, s in zip(self.svc.trainers, shards)])[0])
-        return {k: sum(r[k] for r in results) / len(results) for k in results[0]}
+        out = {k: sum(r[k] for r in results) / len(results) for k in results[0]}
+        out["nonfinite_skipped"] = max(r["nonfinite_skipped"] for r in results)  # any skipped update marks the step
+        return out

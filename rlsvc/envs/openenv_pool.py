@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -47,6 +47,20 @@ def _bind_free_socket(host: str) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, 0))
     return sock
+
+
+@dataclass
+class InvalidObservation:
+    """What a session returns when the environment sent an observation that does not parse as
+    its observation type (a buggy environment): the episode ends, failed, and its group is left
+    out of training instead of stopping the job."""
+
+    error: str
+    done: bool = True
+    reward: float = 0.0
+    failed: bool = True
+    outcome: str = "env_invalid"
+    metadata: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,7 +104,11 @@ def _make_client_class(spec: EnvSpec) -> type:
             return payload(action)
 
         def _parse_result(self, result: dict[str, Any]) -> StepResult:
-            obs = obs_cls(**result["observation"], reward=result.get("reward"), done=result["done"])
+            try:
+                obs = obs_cls(**result["observation"], reward=result.get("reward"), done=result["done"])
+            except (ValueError, TypeError, KeyError) as e:  # pydantic's ValidationError is a ValueError
+                bad = InvalidObservation(f"{type(e).__name__}: {' '.join(str(e).split())[:300]}")
+                return StepResult(observation=bad, reward=0.0, done=True)
             return StepResult(observation=obs, reward=obs.reward, done=obs.done)
 
         def _parse_state(self, result: dict[str, Any]) -> Any:

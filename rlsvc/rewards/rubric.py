@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rlsvc.buffer.replay import Episode
 
 RewardFn = Callable[[Episode], float]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -20,7 +23,16 @@ class Rubric:
         values = {name: fn(episode) for name, _, fn in self.parts}
         return sum(w * values[name] for name, w, _ in self.parts), values
 
-    def score_all(self, episodes: list[Episode]) -> list[Episode]:
+    def score_all(self, episodes: list[Episode]) -> list[float | None]:
+        """Each episode's reward, or None where a reward function raised or returned NaN/inf:
+        one bad episode must not stop the step (the caller leaves its group out)."""
+        rewards: list[float | None] = []
         for ep in episodes:
-            ep.reward, _ = self.score(ep)
-        return episodes
+            try:
+                reward, _ = self.score(ep)
+                reward = float(reward)
+            except Exception as e:  # a user's reward function: any error, reported, not fatal
+                log.warning("reward function failed on an episode of group %s: %r", ep.group_id, e)
+                reward = None
+            rewards.append(reward if reward is not None and math.isfinite(reward) else None)
+        return rewards

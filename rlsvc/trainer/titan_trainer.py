@@ -18,6 +18,7 @@ Sharding choice:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -176,11 +177,16 @@ class TitanTrainer(_PolicyBase):
         # A batch with no response tokens anywhere gives a zero loss, not a division by zero.
         return max(float(total.item()), 1.0)
 
-    def _step_optimizer(self) -> float:
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        self.optimizer.step()
+    def _step_optimizer(self) -> tuple[float, bool]:
+        """Clip and apply the gradients; (grad norm, applied). A NaN or infinite norm (from a
+        non-finite loss or gradient) is not applied: it would poison every weight and the
+        optimiser's moments. The norm is global over the ranks, so every rank skips alike."""
+        grad_norm = float(_to_full(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)).item())
+        applied = math.isfinite(grad_norm)
+        if applied:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(_to_full(grad_norm).item())
+        return grad_norm, applied
 
     # ---- training -----------------------------------------------------------------------------
 
@@ -227,13 +233,14 @@ class TitanTrainer(_PolicyBase):
             tis_cap=tis_cap,
         )
         loss.backward()
-        grad_norm = self._step_optimizer()
+        grad_norm, applied = self._step_optimizer()
 
         local = self._local_metrics(loss, stats, logprobs, entropy, behaviour, ref, mask, normalization, denominator)
         totals = dict(zip(METRIC_KEYS, self._all_sum(local).tolist(), strict=True))
         tokens = max(totals.pop("tokens"), 1.0)
         totals["logprob_mismatch"] = totals.pop("mismatch_sum") / tokens
         totals["grad_norm"] = grad_norm
+        totals["nonfinite_skipped"] = 0.0 if applied else 1.0
         return totals
 
     def _local_metrics(
@@ -303,6 +310,25 @@ class TitanTrainer(_PolicyBase):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         set_model_state_dict(self.model, titan_sd, options=StateDictOptions(full_state_dict=True))
+
+    def save_checkpoint(self, directory: str) -> None:
+        """Model and optimiser (AdamW moments, step counts) as a sharded torch.distributed
+        checkpoint: every rank writes its own shards into the same `directory`; all ranks call."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory)
+
+    def load_checkpoint(self, directory: str) -> None:
+        """Restore what `save_checkpoint` wrote (same world size and model config); all ranks call."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)  # the layout to load into
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=directory)
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
     def parameter_checksum(self) -> float:
         """Sum of all parameter values plus their squares, in float64 (a cheap equality probe)."""

@@ -107,3 +107,26 @@ def test_close_frees_the_port() -> None:
         sock.listen()
     with pytest.raises(RuntimeError):
         pool.reset([0], [1])
+
+
+def test_an_invalid_observation_fails_only_its_episode():
+    """A buggy environment (a real OpenEnv env behind the real server) sends an observation that
+    does not parse: that session's episode ends failed and the others play on."""
+    from rlsvc.envs.blackjack import BlackjackEnvironment, BlackjackObservation
+    from rlsvc.envs.openenv_pool import EnvPool, EnvSpec, InvalidObservation, blackjack_spec
+
+    class BuggyBlackjack(BlackjackEnvironment):
+        def step(self, action, **kwargs):
+            obs = super().step(action, **kwargs)
+            if action.action == "hit":  # skips validation, as a bug might: player_sum is no number
+                return BlackjackObservation.model_construct(**{**obs.model_dump(), "player_sum": "twelve-ish"})
+            return obs
+
+    base = blackjack_spec()
+    spec = EnvSpec("buggy_blackjack", BuggyBlackjack, base.action_cls, BlackjackObservation, base.state_cls, base.payload)
+    with EnvPool(2, spec=spec, call_timeout_s=30.0) as buggy:
+        buggy.reset([0, 1], [7, 8])
+        hit, stand = buggy.step([0, 1], ["hit", "stand"])
+        assert isinstance(hit, InvalidObservation) and hit.done and hit.failed and "player_sum" in hit.error
+        assert not isinstance(stand, InvalidObservation) and stand.done and stand.outcome in ("win", "push", "loss")
+        assert all(not o.done for o in buggy.reset([0, 1], [9, 10]))  # the session is usable again

@@ -41,8 +41,7 @@ def test_rubric_invalid_penalty():
     ok, bad = _ep(0), _ep(0)
     ok.env_return = 1.0
     bad.invalid, bad.env_return = True, 1.0
-    rub.score_all([ok, bad])
-    assert (ok.reward, bad.reward) == (1.0, -1.5)
+    assert rub.score_all([ok, bad]) == [1.0, -1.5]
 
 
 def test_advantages_by_group_and_metrics():

@@ -130,7 +130,8 @@ def test_train_step_updates_parameters_and_reports_finite_metrics() -> None:
     before = trainer.parameter_checksum()
     batch = grpo_batch()
     metrics = trainer.train_step(batch, kl_coef=0.1)
-    assert set(metrics) == {"loss", "grad_norm", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "logprob_mismatch"}
+    assert set(metrics) == {"loss", "grad_norm", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "logprob_mismatch",
+                            "nonfinite_skipped"}
     assert all(math.isfinite(v) for v in metrics.values())
     assert metrics["kl"] > 0.0 and metrics["grad_norm"] > 0.0
     assert trainer.parameter_checksum() != before
@@ -139,6 +140,39 @@ def test_train_step_updates_parameters_and_reports_finite_metrics() -> None:
     mask = batch["loss_mask"]
     expected = ((fresh - batch["old_logprobs"]).abs() * mask).sum() / mask.sum()
     assert metrics["logprob_mismatch"] == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("poison", [float("nan"), float("inf")])
+def test_a_nonfinite_loss_is_not_applied_and_is_reported(poison) -> None:
+    """A NaN/inf advantage makes the loss and gradient non-finite: the update is skipped (weights
+    and optimiser untouched) and reported; the next finite batch trains normally."""
+    trainer = TitanTrainer(CFG, lr=1e-3, device="cpu")
+    before = {k: v.clone() for k, v in trainer.hf_state_dict().items()}
+    bad = grpo_batch()
+    bad["advantages"][0] = poison
+    metrics = trainer.train_step(bad, kl_coef=0.1)
+    assert metrics["nonfinite_skipped"] == 1.0 and not math.isfinite(metrics["grad_norm"])
+    after = trainer.hf_state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert not trainer.optimizer.state  # AdamW's moments never saw it
+    good = trainer.train_step(grpo_batch(), kl_coef=0.1)
+    assert good["nonfinite_skipped"] == 0.0 and all(math.isfinite(v) for v in good.values())
+    assert any(not torch.equal(before[k], v) for k, v in trainer.hf_state_dict().items())
+
+
+def test_checkpoint_restores_model_and_optimiser_exactly(tmp_path) -> None:
+    """A trainer restored from its checkpoint takes the same next step as the original: the
+    AdamW moments and step counts came back, not only the weights."""
+    original = TitanTrainer(CFG, lr=1e-2, seed=1, device="cpu")
+    original.sft_step(token_batch(), torch.ones(6, 12))
+    original.train_step(grpo_batch(), kl_coef=0.1)
+    original.save_checkpoint(str(tmp_path / "trainer"))
+    restored = TitanTrainer(CFG, lr=1e-2, seed=2, device="cpu")  # other initial weights, fresh AdamW
+    restored.load_checkpoint(str(tmp_path / "trainer"))
+    assert all(torch.equal(a, b) for a, b in zip(original.hf_state_dict().values(), restored.hf_state_dict().values()))
+    m1, m2 = original.train_step(grpo_batch(), kl_coef=0.1), restored.train_step(grpo_batch(), kl_coef=0.1)
+    assert m1 == m2
+    assert all(torch.equal(a, b) for a, b in zip(original.hf_state_dict().values(), restored.hf_state_dict().values()))
 
 
 def test_sft_steps_raise_the_masked_token_probability() -> None:

@@ -1,0 +1,46 @@
+"""Bad input that must not stop (or silently poison) a job: reward functions that raise or return
+NaN, and steps with a non-finite loss, which are counted and stop the job past a limit."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rlsvc.buffer.replay import Episode
+from rlsvc.cluster.placement import planned
+from rlsvc.config import load_config
+from rlsvc.loop import NonFiniteGuard, TooManyNonFiniteSteps
+from rlsvc.rewards.rubric import Rubric
+
+
+def _raises(ep: Episode) -> float:
+    if ep.group_id == 1:
+        raise KeyError("no such field")
+    return 1.0
+
+
+def test_a_reward_function_that_raises_or_returns_nan_fails_only_that_episode():
+    rubric = Rubric([("r", 1.0, _raises), ("nan_for_group_2", 1.0, lambda ep: math.nan if ep.group_id == 2 else 0.5)])
+    episodes = [Episode(group_id=g, policy_version=0) for g in (0, 1, 2, 0)]
+    assert rubric.score_all(episodes) == [1.5, None, None, 1.5]
+
+
+def test_nonfinite_steps_are_counted_and_stop_the_job_at_the_limit():
+    guard = NonFiniteGuard(limit=2)
+    guard.observe({"nonfinite_skipped": 0.0, "loss": 0.1})
+    guard.observe({"nonfinite_skipped": 1.0, "loss": math.nan})
+    assert guard.skipped == 1
+    with pytest.raises(TooManyNonFiniteSteps, match=r"2 steps had a non-finite loss.*max_nonfinite_steps=2"):
+        guard.observe({"nonfinite_skipped": 1.0})
+
+
+def test_env_reward_and_buffer_actors_are_restarted_by_ray_and_policy_actors_are_not():
+    cfg = load_config(None, ["faults.max_actor_restarts=7"])
+    opts = {role: p.options(0) for role, p in planned(cfg).items()}
+    assert opts["env"]["max_restarts"] == 7 and opts["env"]["max_task_retries"] == 0  # lost sessions are reported, not replayed
+    assert opts["reward"]["max_restarts"] == opts["buffer"]["max_restarts"] == 7
+    assert opts["reward"]["max_task_retries"] == opts["buffer"]["max_task_retries"] == -1  # scoring is safe to repeat
+    assert all("max_restarts" not in opts[r] for r in ("rollout", "trainer", "reference"))
+    off = planned(load_config(None, ["faults.max_actor_restarts=0"]))
+    assert "max_restarts" not in off["env"].options(0)
