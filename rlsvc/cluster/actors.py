@@ -187,11 +187,24 @@ class EnvWorker:
 
             spec = code_spec(CodeEnvSettings(**code))
         self.pool = EnvPool(num_sessions, step_latency_s=step_latency_s, spec=spec)
+        # A restarted actor (Ray ran this constructor again) has fresh sessions: an episode begun
+        # on the dead one cannot go on here (cluster/fleet.py counts it lost).
+        self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        self.reset_here: set[int] = set()
 
     def reset(self, session_ids: list[int], seeds: list[int]) -> list[Any]:
+        self.reset_here.update(session_ids)
         return self.pool.reset(session_ids, seeds)
 
     def step(self, session_ids: list[int], actions: list[str]) -> list[Any]:
+        from rlsvc.cluster.fleet import LostEpisode
+
+        if self.restarted and not self.reset_here.issuperset(session_ids):
+            live = [i for i, s in enumerate(session_ids) if s in self.reset_here]
+            out: list[Any] = [LostEpisode() for _ in session_ids]
+            for i, obs in zip(live, self.pool.step([session_ids[i] for i in live], [actions[i] for i in live]) if live else []):
+                out[i] = obs
+            return out
         return self.pool.step(session_ids, actions)
 
     def node_id(self) -> str:
@@ -207,9 +220,10 @@ class RewardWorker:
 
         self.rubric = blackjack_rubric(invalid_action_penalty)
 
-    def score(self, episodes: list) -> list[float]:
-        """Rewards only: the episodes stay with the caller, so they cross the wire once."""
-        return [ep.reward for ep in self.rubric.score_all(episodes)]
+    def score(self, episodes: list) -> list[float | None]:
+        """Rewards only (None: the reward function failed on that episode); the episodes stay
+        with the caller, so they cross the wire once."""
+        return self.rubric.score_all(episodes)
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -227,6 +241,13 @@ class BufferWorker:
 
     def sample(self, n: int, current_version: int) -> list:
         return self.buffer.sample(n, current_version)
+
+    def snapshot(self) -> dict:
+        return self.buffer.snapshot()
+
+    def restore(self, snap: dict) -> int:
+        self.buffer.restore(snap)
+        return len(self.buffer)
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

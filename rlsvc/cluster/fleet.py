@@ -3,10 +3,31 @@ calls fan out to every actor at once and the results come back in the caller's o
 
 from __future__ import annotations
 
+import logging
+import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LostEpisode:
+    """What the runner sees for a session whose env actor died mid-call: the episode is over and
+    failed, so its group is left out of training (counted, never trained on half-played)."""
+
+    done: bool = True
+    reward: float = 0.0
+    failed: bool = True
+    outcome: str = "env_lost"
+    metadata: dict = field(default_factory=dict)
+
+
+class EnvActorGone(RuntimeError):
+    pass
 
 
 class RayGenerator:
@@ -28,12 +49,27 @@ class RayGenerator:
 
 
 class RayEnvFleet:
-    """Slot s lives on env actor s // sessions_per_actor, session s % sessions_per_actor."""
+    """Slot s lives on env actor s // sessions_per_actor, session s % sessions_per_actor.
 
-    def __init__(self, actors: list[Any], sessions_per_actor: int) -> None:
+    An env actor that dies (crash, lost node) is restarted by Ray (`faults.max_actor_restarts`);
+    the sessions it held are gone, so their episodes come back as `LostEpisode`s and later calls
+    reach the restarted actor (a reset waits for it). An actor that fails `max_consecutive_failures` calls in a row
+    (its restarts used up) stops the job."""
+
+    def __init__(self, actors: list[Any], sessions_per_actor: int, max_consecutive_failures: int = 3, restart_wait_s: float = 300.0) -> None:
         self.actors = actors
         self.per_actor = sessions_per_actor
         self.num_slots = len(actors) * sessions_per_actor
+        self.max_consecutive_failures = max_consecutive_failures
+        self.restart_wait_s = restart_wait_s
+        """How long a reset waits for a restarting actor (its OpenEnv server starting again)."""
+        self.failures = 0
+        """Env actor calls lost to a dead actor since `take_failures` was last called."""
+        self._streak = [0] * len(actors)
+
+    def take_failures(self) -> int:
+        n, self.failures = self.failures, 0
+        return n
 
     def _fan_out(self, method: str, slots: list[int], args: list[Any]) -> list[Any]:
         by_actor: dict[int, list[tuple[int, int, Any]]] = defaultdict(list)
@@ -45,9 +81,38 @@ class RayEnvFleet:
         }
         out: list[Any] = [None] * len(slots)
         for a, items in by_actor.items():
-            for (pos, _, _), value in zip(items, ray.get(refs[a])):
+            values = self._result(a, refs[a], method, [s for _, s, _ in items], [x for _, _, x in items])
+            for (pos, _, _), value in zip(items, values):
                 out[pos] = value
         return out
+
+    def _result(self, a: int, ref: Any, method: str, sessions: list[int], args: list[Any]) -> list[Any]:
+        """One actor's answer to a fan-out call, or `LostEpisode`s for the sessions it lost."""
+        deadline = time.monotonic() + self.restart_wait_s
+        while True:
+            try:
+                values = ray.get(ref)
+                self._streak[a] = 0
+                if any(isinstance(v, LostEpisode) for v in values):
+                    self.failures += 1  # a restarted actor reported sessions begun on its predecessor
+                return values
+            except ray.exceptions.ActorUnavailableError:
+                # Restarting. A reset begins new episodes, so it is simply sent again once the
+                # actor is back; a step's sessions died with the old process.
+                if method == "reset" and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    ref = getattr(self.actors[a], method).remote(sessions, args)
+                    continue
+                self.failures += 1
+                log.warning("env actor %d is restarting: %d sessions of this %s lost", a, len(sessions), method)
+                return [LostEpisode() for _ in sessions]
+            except ray.exceptions.RayActorError as e:
+                self.failures += 1
+                self._streak[a] += 1
+                log.warning("env actor %d died during %s (%d sessions lost): %s", a, method, len(sessions), type(e).__name__)
+                if self._streak[a] >= self.max_consecutive_failures:
+                    raise EnvActorGone(f"env actor {a} failed {self._streak[a]} calls in a row (restarts used up?)") from e
+                return [LostEpisode() for _ in sessions]
 
     def reset(self, slots: list[int], seeds: list[int]) -> list[Any]:
         return self._fan_out("reset", slots, seeds)

@@ -24,6 +24,11 @@ Role = Literal["rollout", "trainer", "reference", "env", "reward", "buffer"]
 NodeGroup = Literal["gpu", "cpu"]
 ROLES: tuple[Role, ...] = ("rollout", "trainer", "reference", "env", "reward", "buffer")
 GPU_GROUP_ROLES = {"rollout", "trainer", "reference"}
+# Actors Ray restarts when they die, and whether their calls are repeated on the new one. Env
+# calls are not: a restarted env actor has fresh sessions, so the episodes it held are reported
+# lost (cluster/fleet.py) instead. Rollout, trainer and reference actors hold weights and
+# process groups that a bare restart would not bring back.
+RESTARTED_ROLES = {"env": False, "reward": True, "buffer": True}
 # Env actors hold many sessions each and wait on remote sandboxes: one per node where there are
 # enough nodes, so a lost node takes few sessions with it and their network traffic spreads out.
 SPREAD_ROLES = {"env"}
@@ -41,6 +46,11 @@ class Placement:
     """How many actors of this role the job starts."""
     spread: bool = False
     """Spread this role's actors over the group's nodes (Ray's SPREAD strategy) instead of packing."""
+    max_restarts: int = 0
+    """How many times Ray restarts a dead actor of this role (its constructor runs again)."""
+    retry_calls: bool = False
+    """Ray re-sends a call that a dying actor did not finish to the restarted one: for roles whose
+    calls are safe to repeat (scoring; the buffer, whose old contents die with it)."""
 
     def options(self, index: int | None = None) -> dict:
         # torch/vLLM size their thread pools from OMP_NUM_THREADS: match the CPUs reserved.
@@ -53,6 +63,9 @@ class Placement:
             opts["name"] = actor_name(self.role, index, self.count)
         if self.spread:
             opts["scheduling_strategy"] = "SPREAD"
+        if self.max_restarts:
+            opts["max_restarts"] = self.max_restarts
+            opts["max_task_retries"] = -1 if self.retry_calls else 0
         return opts
 
 
@@ -95,7 +108,9 @@ def planned(cfg: Config) -> dict[Role, Placement]:
     for role in ROLES:
         group: NodeGroup = "gpu" if role in GPU_GROUP_ROLES else "cpu"
         cpus, gpus = sizes[role]
-        out[role] = Placement(role, group, cpus, gpus, group_label(cfg, group), counts[role], role in SPREAD_ROLES)
+        restarts = cfg.faults.max_actor_restarts if role in RESTARTED_ROLES else 0
+        out[role] = Placement(role, group, cpus, gpus, group_label(cfg, group), counts[role], role in SPREAD_ROLES,
+                              restarts, RESTARTED_ROLES.get(role, False))
     return out
 
 
