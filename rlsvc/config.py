@@ -38,6 +38,13 @@ class RunConfig(Strict):
     """Number of GRPO optimizer steps (each one a rollout batch, a train step and a weight sync)."""
     time_budget_minutes: float | None = Field(12.0, gt=0)
     """Stop training when this much wall time has passed since start-up (then evaluate and save)."""
+    checkpoint_every: int = Field(25, ge=0)
+    """Write a training checkpoint (trainer model and optimiser, reference and best weights,
+    replay buffer, counters, MLflow run id) every this many steps, and after the last; 0: only
+    after the last. `--resume RUN_FOLDER` continues from the newest complete one. On a multi-node
+    cluster `output_dir` must be storage the trainer nodes share with the driver."""
+    keep_checkpoints: int = Field(2, ge=1)
+    """How many checkpoints to keep (the newest); older ones are deleted once a new one is complete."""
 
 
 class TitanModelConfig(Strict):
@@ -289,6 +296,16 @@ class TrackingConfig(Strict):
     """Sample episodes written as a transcript artifact at the first and last step."""
 
 
+class FaultConfig(Strict):
+    max_actor_restarts: int = Field(5, ge=-1)
+    """How many times Ray restarts a dead env, reward or buffer actor (a crash, a preempted node)
+    before the job fails; -1: no limit. An env actor's in-flight episodes are lost with it: their
+    groups are left out of that step and counted (`env_actor_failures`, `groups_dropped`)."""
+    max_nonfinite_steps: int = Field(10, ge=0)
+    """A step whose loss or gradient is NaN or infinite is skipped (no weight update) and counted
+    (`nonfinite_skipped`); the job stops with an error once this many steps were skipped."""
+
+
 class ClusterConfig(Strict):
     address: str | None = None
     """Ray address to join; default RAY_ADDRESS (set by `ray job submit`), else a local cluster."""
@@ -333,6 +350,8 @@ class Config(Strict):
     """MLflow."""
     cluster: ClusterConfig = ClusterConfig()
     """Ray cluster and placement."""
+    faults: FaultConfig = FaultConfig()
+    """What the job survives: actor restarts, non-finite steps."""
 
     @model_validator(mode="after")
     def _check_cross(self) -> Config:

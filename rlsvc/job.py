@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rlsvc.async_loop import AsyncGRPOLoop
+from rlsvc.checkpoint import ResumePoint
 from rlsvc.cluster.placement import pack, plan
 from rlsvc.cluster.ray_setup import cluster_view, connect, node_resources, submission_metadata
 from rlsvc.config import Config, flatten, to_yaml
@@ -26,7 +27,10 @@ from rlsvc.services import Services, start_services
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rlsvc.tracking.plots import reward_curve
 from rlsvc.tracking.ray_metrics import RayStepMetrics
-from rlsvc.tracking.run_tags import ray_job_metadata, ray_job_tags, run_tags
+from rlsvc.tracking.run_tags import config_hash, ray_job_metadata, ray_job_tags, run_tags
+from rlsvc.training_checkpoint import Best
+from rlsvc.training_checkpoint import restore as restore_checkpoint
+from rlsvc.training_checkpoint import save as save_checkpoint
 
 log = logging.getLogger("rlsvc")
 CHECKPOINT_META = "rlsvc.json"
@@ -72,25 +76,34 @@ def validate(cfg: Config, loop: GRPOLoop) -> float:
 
 
 @dataclass
-class Best:
-    """The best validated policy so far: its greedy validation return, version and weights."""
+class TrainingStart:
+    """Where training stands: the next step to run and the best validated policy so far."""
 
-    val_return: float
-    version: int
-    state: dict
+    start_step: int = 0
+    best: Best | None = None
 
 
-def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console, started: float, transcripts: Path) -> tuple[dict[str, float], Best | None, list]:
-    """GRPO steps until `run.steps` or the time budget; validates every `eval.every_steps`.
+def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console, started: float, transcripts: Path,
+          at: TrainingStart) -> tuple[dict[str, float], Best | None, list]:
+    """GRPO steps from `at.start_step` until `run.steps` or the time budget; validates every
+    `eval.every_steps` and checkpoints every `run.checkpoint_every` and after the last step.
     Returns the last step's metrics, the best validated policy, and the last step's episodes."""
     last: dict[str, float] = {}
     episodes: list = []
-    best: Best | None = None
+    best = at.best
+    done = at.start_step  # steps completed
+    run_dir = transcripts.parent
+
+    def checkpoint(done: int) -> None:
+        save_checkpoint(run_dir, done, loop, best, {"mlflow_run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
+                                                   "elapsed_s": time.time() - started, "config_hash": config_hash(cfg)},
+                        cfg.run.keep_checkpoints)
+
     ray_metrics = RayStepMetrics(transcripts.parent.name, cfg.weight_sync.type)
     with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
                   TextColumn("greedy {task.fields[val]:+.3f}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
-        task = bar.add_task("train", total=cfg.run.steps, ret=float("nan"), val=float("nan"))
-        for step in range(cfg.run.steps):
+        task = bar.add_task("train", total=cfg.run.steps, completed=at.start_step, ret=float("nan"), val=float("nan"))
+        for step in range(at.start_step, cfg.run.steps):
             if cfg.run.time_budget_minutes and time.time() - started > cfg.run.time_budget_minutes * 60:
                 console.print(f"time budget of {cfg.run.time_budget_minutes} min reached after {step} steps")
                 break
@@ -105,10 +118,15 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
                 tracker.log_metrics({"eval/val_return": val}, step=step + 1)
                 if best is None or val > best.val_return:
                     best = Best(val, loop.version, loop.svc.train_call("hf_state_dict")[0])
+            if cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0:
+                checkpoint(step + 1)
             best_val = best.val_return if best else float("nan")
             bar.update(task, advance=1, ret=last["return_mean"], val=best_val)
+            done = step + 1
             if not console.is_terminal and (step + 1) % 10 == 0:  # job logs get plain lines, not a bar
                 console.print(f"step {step + 1}/{cfg.run.steps} return {last['return_mean']:+.3f} best greedy {best_val:+.3f} elapsed {time.time() - started:.0f}s")
+    if done > at.start_step and not (cfg.run.checkpoint_every and done % cfg.run.checkpoint_every == 0):
+        checkpoint(done)
     return last, best, episodes
 
 
@@ -131,22 +149,32 @@ def write_transcripts(path: Path, step: int, episodes: list, n: int) -> None:
             f.write(json.dumps({"step": step, "group": ep.group_id, "turns": turns, "outcome": ep.outcome, "reward": ep.reward}) + "\n")
 
 
-def run(cfg: Config, started: float) -> int:
+def run(cfg: Config, started: float, resume: ResumePoint | None = None) -> int:
     console = Console()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    run_dir = Path(cfg.run.output_dir).resolve() / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    run_dir.mkdir(parents=True, exist_ok=False)
+    if resume is None:
+        run_dir = Path(cfg.run.output_dir).resolve() / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        run_dir.mkdir(parents=True, exist_ok=False)
+    else:
+        run_dir = resume.run_dir
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     # The MLflow run comes first: its id goes on the Ray job (metadata) the moment the driver joins.
+    # It is named after the run folder (config name + start time): unique within the experiment.
+    # A resumed job continues the same run, its step numbers carrying on from the checkpoint's.
     experiment = cfg.tracking.experiment or cfg.run.name
-    # the MLflow run is named after the run folder (config name + start time): unique within the experiment
-    tracker = MlflowTracker(resolve_tracking_uri(cfg.tracking.tracking_uri), experiment, run_dir.name, cfg.tracking.system_metrics_interval_s)
+    tracker = MlflowTracker(resume.state["tracking_uri"] if resume else resolve_tracking_uri(cfg.tracking.tracking_uri), experiment,
+                            run_dir.name, cfg.tracking.system_metrics_interval_s, run_id=resume.state["mlflow_run_id"] if resume else None)
     conn = None
     svc: Services | None = None
     status = "FAILED"
     try:
-        tracker.log_params(flatten(cfg.model_dump(mode="json")))
-        tracker.log_artifact(run_dir / "config.yaml")
+        if resume is None:
+            tracker.log_params(flatten(cfg.model_dump(mode="json")))
+            tracker.log_artifact(run_dir / "config.yaml")
+        else:
+            # params are immutable in MLflow: what the resumed job changed (e.g. run.steps) is a tag
+            tracker.set_tags(resumed_tags(tracker, cfg, resume))
+
         conn = connect(cfg.cluster, metadata=ray_job_metadata(cfg, tracker.run_id, experiment))
         resources, nodes = cluster_view()
         tracker.set_tags({"rlsvc.run_dir": str(run_dir), "ray.dashboard": conn.dashboard_url or "", **run_tags(cfg, resources, nodes),
@@ -165,19 +193,28 @@ def run(cfg: Config, started: float) -> int:
         trainer_setup = setup_trainers(cfg, svc)
 
         loop = (AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, svc, codec)
-        warm_loss = loop.warm_start(cfg.model.warm_start_steps) if cfg.model.warm_start_steps else float("nan")
-        if svc.reference is not None:
-            init_state = svc.train_call("hf_state_dict")[0]
-            ray.get(svc.reference.setup.remote(trainer_setup["model_cfg"], trainer_setup["kwargs"], None, init_state))
+        at = TrainingStart()
+        warm_loss = float("nan")
+        if resume is not None:  # the checkpoint's weights, optimiser, reference, buffer and counters
+            at = TrainingStart(resume.state["step"], restore_checkpoint(resume.folder, resume.state, loop, trainer_setup))
+        else:
+            warm_loss = loop.warm_start(cfg.model.warm_start_steps) if cfg.model.warm_start_steps else float("nan")
+            if svc.reference is not None:
+                init_state = svc.train_call("hf_state_dict")[0]
+                ray.get(svc.reference.setup.remote(trainer_setup["model_cfg"], trainer_setup["kwargs"], None, init_state))
         sync0 = loop.sync_weights()  # waits for the vLLM engines to be up
         startup_s = time.time() - started
-        tracker.log_metrics({"startup_s": startup_s, "warm_start_loss": warm_loss, **sync0}, step=0)
-        console.print(f"started in {startup_s:.0f}s (warm-start loss {warm_loss:.3f})")
+        tracker.log_metrics({"startup_s": startup_s, "warm_start_loss": warm_loss, **sync0}, step=at.start_step)
+        console.print(f"started in {startup_s:.0f}s" + (f", resuming after step {at.start_step} (policy version {loop.version})" if resume
+                                                          else f" (warm-start loss {warm_loss:.3f})"))
 
         transcripts = run_dir / "transcripts.jsonl"
         t_train = time.time()
+        version_at_start = loop.version
+        # the time budget and `time/since_start_s` count the time the run had before it was resumed
+        clock = started - (resume.state["elapsed_s"] if resume else 0.0)
         try:
-            last, best, last_episodes = train(cfg, loop, tracker, console, started, transcripts)
+            last, best, last_episodes = train(cfg, loop, tracker, console, clock, transcripts, at)
         finally:
             loop.close()
         train_s = time.time() - t_train
@@ -191,7 +228,7 @@ def run(cfg: Config, started: float) -> int:
             result = evaluate(load_policy(checkpoint), cfg.eval.episodes, cfg.eval.seed)
             tracker.log_metrics({f"eval/{k}": v for k, v in result.items()} | {"eval/time_s": time.time() - t_eval}, step=loop.version)
         total_s = time.time() - started
-        episodes_per_s = loop.version * cfg.grpo.groups_per_step * cfg.grpo.group_size / max(train_s, 1e-9)
+        episodes_per_s = (loop.version - version_at_start) * cfg.grpo.groups_per_step * cfg.grpo.group_size / max(train_s, 1e-9)
         tracker.log_metrics({"total_s": total_s, "episodes_per_s": episodes_per_s}, step=loop.version)
         curve = reward_curve(*tracker.history("return_mean"), run_dir / "reward_curve.png", f"{cfg.run.name}: mean return per step",
                              *tracker.history("eval/val_return"))
@@ -215,6 +252,19 @@ def run(cfg: Config, started: float) -> int:
             svc.stop()
         if conn is not None:
             conn.shutdown()
+
+
+def resumed_tags(tracker: MlflowTracker, cfg: Config, resume: ResumePoint) -> dict[str, str]:
+    """Tags of a resumed run: from which step, how many steps the interrupted job had logged
+    past its checkpoint (they are run again), and any config values that now differ."""
+    steps, _ = tracker.history("return_mean")
+    logged = max(steps, default=0)
+    before = tracker.client.get_run(tracker.run_id).data.params
+    changed = {k: str(v) for k, v in flatten(cfg.model_dump(mode="json")).items() if before.get(k, str(v)) != str(v)}
+    count = int(tracker.client.get_run(tracker.run_id).data.tags.get("rlsvc.resumes", "0")) + 1
+    return {"rlsvc.resumes": str(count), f"rlsvc.resume.{count}.from_step": str(resume.state["step"]),
+            f"rlsvc.resume.{count}.steps_redone": str(max(logged - resume.state["step"], 0)),
+            f"rlsvc.resume.{count}.checkpoint": resume.folder.name, **({f"rlsvc.resume.{count}.changed": json.dumps(changed)} if changed else {})}
 
 
 def summary(console: Console, cfg: Config, version: int, saved: int, last: dict, result: dict, checkpoint: Path, tracker: MlflowTracker,

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", help="YAML config file (default: the built-in tiny BlackJack config)")
+    p.add_argument("--resume", metavar="RUN_FOLDER",
+                   help="continue a run from its newest complete checkpoint (RUN_FOLDER/checkpoints/), in the same MLflow run; "
+                        "the config is the run's own (RUN_FOLDER/config.yaml) plus any overrides, e.g. run.steps=500")
     p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
     p.add_argument("--dry-run", action="store_true",
                    help="print the resolved config and the placement plan (actor -> node group, CPUs/GPUs) and exit; starts nothing")
@@ -55,14 +58,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def resume_point(run_folder: str):
+    """The newest complete checkpoint of a run folder, checked file by file before anything
+    starts; newer damaged ones are named and skipped. Raises CheckpointError."""
+    from pathlib import Path
+
+    from rlsvc.checkpoint import CHECKPOINTS, CheckpointError, ResumePoint, latest_checkpoint
+
+    run_dir = Path(run_folder).resolve()
+    if not (run_dir / "config.yaml").is_file():
+        raise CheckpointError(f"not a run folder (no config.yaml): {run_dir}")
+    folder, state, skipped = latest_checkpoint(run_dir / CHECKPOINTS)
+    for line in skipped:
+        print(f"rlsvc.train: {line}", file=sys.stderr)
+    return ResumePoint(run_dir, folder, state)
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
     args = build_parser().parse_args(argv)
+    from rlsvc.checkpoint import CheckpointError
     from rlsvc.config import ConfigError, load_config, to_yaml
 
+    resume = None
     try:
-        cfg = load_config(args.config, args.overrides)
-    except ConfigError as e:
+        if args.resume:
+            if args.config:
+                raise ConfigError("config error: --resume takes the run's own config.yaml; pass changes as overrides, not --config")
+            resume = resume_point(args.resume)
+            cfg = load_config(str(resume.run_dir / "config.yaml"), args.overrides)
+        else:
+            cfg = load_config(args.config, args.overrides)
+    except (ConfigError, CheckpointError) as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
     if args.print_config or args.dry_run:
@@ -78,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         # answers in several tokens and a chat format; that prompt path is not built yet.
         print("rlsvc.train: model.source=hf is not supported by this build yet (only source=scratch runs)", file=sys.stderr)
         return 2
-    from rlsvc.cluster.ray_setup import ClusterUnreachable, check_reachable
+    from rlsvc.cluster.ray_setup import ClusterUnreachable, check_reachable, keep_local_cluster_on_loopback
 
+    keep_local_cluster_on_loopback(cfg.cluster)  # before Ray is imported
     address = cfg.cluster.resolved_address()
     try:
         if address:
@@ -87,14 +115,19 @@ def main(argv: list[str] | None = None) -> int:
     except ClusterUnreachable as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
+    from rlsvc.cluster.fleet import EnvActorGone
     from rlsvc.cluster.placement import PlacementError
     from rlsvc.job import run
+    from rlsvc.loop import TooManyNonFiniteSteps
 
     try:
-        return run(cfg, started)
+        return run(cfg, started, resume)
     except PlacementError as e:  # found after joining the cluster, before any actor started
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
+    except (TooManyNonFiniteSteps, EnvActorGone) as e:  # the MLflow run is marked FAILED
+        print(f"rlsvc.train: stopped: {e}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -76,5 +76,13 @@ class ReplayBuffer:
         self.evict_stale(current_version)
         return [self._items.popleft() for _ in range(min(n, len(self._items)))]
 
+    def snapshot(self) -> dict:
+        """Contents and counters, for a checkpoint."""
+        return {"items": list(self._items), "dropped_stale": self.dropped_stale, "dropped_full": self.dropped_full}
+
+    def restore(self, snap: dict) -> None:
+        self._items = deque(snap["items"])
+        self.dropped_stale, self.dropped_full = snap["dropped_stale"], snap["dropped_full"]
+
     def staleness(self, episodes: list[Episode], current_version: int) -> list[int]:
         return [current_version - ep.policy_version for ep in episodes]

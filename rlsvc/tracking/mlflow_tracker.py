@@ -20,16 +20,22 @@ def resolve_tracking_uri(configured: str | None) -> str:
 
 
 class MlflowTracker:
-    def __init__(self, tracking_uri: str, experiment: str, run_name: str, system_metrics_interval_s: float | None = None) -> None:
+    def __init__(self, tracking_uri: str, experiment: str, run_name: str, system_metrics_interval_s: float | None = None,
+                 run_id: str | None = None) -> None:
+        """A new run in `experiment`, or with `run_id` the existing run, reopened (a resumed job)."""
         import mlflow
         from mlflow.tracking import MlflowClient
 
         mlflow.set_tracking_uri(tracking_uri)
         self.tracking_uri = tracking_uri
         self.client = MlflowClient(tracking_uri)
-        exp = self.client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
-        self.run_id = self.client.create_run(exp_id, run_name=run_name).info.run_id
+        if run_id is not None:
+            self.client.update_run(run_id, status="RUNNING")
+            self.run_id = run_id
+        else:
+            exp = self.client.get_experiment_by_name(experiment)
+            exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
+            self.run_id = self.client.create_run(exp_id, run_name=run_name).info.run_id
         self._system = None
         if system_metrics_interval_s:
             # MLflow's own sampler (psutil): CPU, memory, disk and network of the driver's node as

@@ -1,0 +1,70 @@
+"""What a job checkpoints and how a resumed job gets it back (files: `rlsvc/checkpoint.py`).
+
+Everything that decides the next step is saved: the trainer ranks' model and optimiser (sharded,
+torch.distributed.checkpoint), the reference model, the best validated weights, the replay
+buffer, the policy version and the loop's counters. Deals and sampling seeds are functions of
+(run seed, step), so a resumed run replays the same episodes from the same weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from rlsvc.checkpoint import CHECKPOINTS, write_checkpoint
+
+
+@dataclass
+class Best:
+    """The best validated policy so far: its greedy validation return, version and weights."""
+
+    val_return: float
+    version: int
+    state: dict
+
+
+def save(run_dir: Path, step: int, loop: Any, best: Best | None, extra_state: dict, keep: int) -> Path:
+    """Checkpoint after `step` steps (atomic: see `write_checkpoint`)."""
+    from safetensors.torch import save_file
+
+    svc = loop.svc
+
+    def fill(folder: Path) -> None:
+        svc.train_call("save_checkpoint", directory=str(folder / "trainer"))  # every rank its shards
+        if svc.reference is not None:
+            save_file(ray.get(svc.reference.call.remote("hf_state_dict")), str(folder / "reference.safetensors"))
+        if best is not None:
+            save_file(best.state, str(folder / "best.safetensors"))
+        snap = ray.get(svc.buffer.snapshot.remote())
+        snap["items"] = [dataclasses.asdict(ep) for ep in snap["items"]]  # JSON, not pickle: loading runs no code
+        (folder / "buffer.json").write_text(json.dumps(snap))
+
+    state = {**extra_state, "version": loop.version, "nonfinite_skipped": loop.nonfinite.skipped,
+             "best_val_return": best.val_return if best else None, "best_version": best.version if best else None}
+    return write_checkpoint(run_dir / CHECKPOINTS, step, fill, state, keep)
+
+
+def restore(folder: Path, state: dict, loop: Any, trainer_setup: dict) -> Best | None:
+    """Load a checkpoint into the freshly started actors and the loop; returns the best policy."""
+    from safetensors.torch import load_file
+
+    svc = loop.svc
+    svc.train_call("load_checkpoint", directory=str(folder / "trainer"))
+    if svc.reference is not None:
+        ray.get(svc.reference.setup.remote(trainer_setup["model_cfg"], trainer_setup["kwargs"], None,
+                                           load_file(str(folder / "reference.safetensors"))))
+    from rlsvc.buffer.replay import Episode
+
+    snap = json.loads((folder / "buffer.json").read_text())
+    snap["items"] = [Episode(**ep) for ep in snap["items"]]
+    ray.get(svc.buffer.restore.remote(snap))
+    loop.version = state["version"]
+    loop.nonfinite.skipped = state["nonfinite_skipped"]
+    if state.get("best_version") is None:
+        return None
+    return Best(state["best_val_return"], state["best_version"], load_file(str(folder / "best.safetensors")))

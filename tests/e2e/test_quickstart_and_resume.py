@@ -1,0 +1,121 @@
+"""The quickstart notebook, and exact resume after a SIGKILL, which takes the notebook's run as
+its uninterrupted reference (one job start fewer in CI).
+
+notebooks/quickstart.ipynb is executed top to bottom by nbclient: it trains the tiny default for a
+few steps through the real job, evaluates the checkpoint, shows the strategy and transcripts, and
+loads the policy back from MLflow. (compare_runs.ipynb runs in test_code_training.py, on the two
+real runs made there.)
+
+Exact resume: the same job, its driver killed with SIGKILL right after its first checkpoint and
+resumed with `--resume`, ends with the same per-step metrics, weights and evaluation as the
+notebook's uninterrupted run, in one MLflow run with continuous step numbers. Exact, not
+approximately: on CPU every part is deterministic given the checkpoint. Deals and vLLM's
+per-request sampling seeds are functions of (run seed, step); the trainer's model and AdamW state
+come back bit for bit from the sharded checkpoint; the rollout engine gets the trainer's weights
+by weight sync; the replay buffer and counters are restored. How often a job checkpoints does
+not change what it computes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+STEPS, EVERY, EVAL_EPISODES = 6, 3, 2000
+# per-step metrics that do not measure time
+COMPARED = ("return_mean", "loss", "kl", "entropy", "grad_norm", "clip_frac", "win_rate", "hit_rate", "logprob_mismatch", "policy_version")
+
+
+def _env() -> dict:
+    return {**os.environ, "RAY_AUTH_MODE": "disabled"}
+
+
+@pytest.fixture(scope="module")
+def quickstart(tmp_path_factory, request):
+    """The notebook run: its outputs (text, PNG count) and the job's result.json."""
+    work = tmp_path_factory.mktemp("quickstart")
+    run_notebook = request.getfixturevalue("run_notebook")
+    text, pngs = run_notebook("quickstart.ipynb", {"RLSVC_NB_STEPS": str(STEPS), "RLSVC_NB_WORKDIR": str(work),
+                                                   "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
+                                                   "RLSVC_NB_EVAL_EPISODES": str(EVAL_EPISODES), "RAY_AUTH_MODE": "disabled"})
+    [result] = [json.loads(p.read_text()) for p in (work / "runs").glob("blackjack_tiny-*/result.json")]
+    return text, pngs, result
+
+
+def test_quickstart_notebook(quickstart):
+    text, pngs, result = quickstart
+    assert pngs == 1  # the run's reward curve
+    assert "rlsvc run summary" in text and "trained policy" in text and "stick at 17" in text
+    assert "player sum" in text and "logprob" in text and "runs:/" in text
+    assert result["steps"] == STEPS and Path(result["checkpoint"], "model.safetensors").is_file()
+
+
+def _history(uri: str, run_id: str) -> dict[str, dict[int, float]]:
+    """metric -> step -> value; where a step was logged twice (redone after the kill), the last."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    out = {}
+    for key in COMPARED:
+        points = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.timestamp, m.step))
+        out[key] = {m.step: m.value for m in points}
+    return out
+
+
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quickstart):
+    ref_result = quickstart[2]
+    cmd = [sys.executable, "-m", "rlsvc.train", f"run.steps={STEPS}", f"run.checkpoint_every={EVERY}", f"eval.episodes={EVAL_EPISODES}",
+           f"run.output_dir={tmp_path / 'run'}", f"tracking.tracking_uri=sqlite:///{tmp_path / 'run.db'}"]
+    # the same job as the notebook's, killed with SIGKILL as soon as its first checkpoint is complete
+    with open(tmp_path / "killed.out", "w") as out:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None and not list((tmp_path / "run").glob(f"*/checkpoints/step_{EVERY:08d}")):
+            time.sleep(0.2)
+        assert proc.poll() is None, (tmp_path / "killed.out").read_text()[-3000:]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        time.sleep(5)
+        try:  # whatever of its local Ray cluster outlived it (Ray ties its processes to the driver)
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    [run_dir] = (tmp_path / "run").iterdir()
+    assert not (run_dir / "result.json").exists()
+
+    resumed = subprocess.run([sys.executable, "-m", "rlsvc.train", "--resume", str(run_dir)], cwd=tmp_path, env=_env(),
+                             capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming after step {EVERY}" in resumed.stdout
+    result = json.loads((run_dir / "result.json").read_text())
+
+    # one MLflow run, steps 1..STEPS, and from the checkpoint on the same numbers as the reference
+    assert result["mlflow_run_id"] == json.loads((run_dir / "checkpoints" / f"step_{STEPS:08d}" / "state.json").read_text())["mlflow_run_id"]
+    got = _history(result["tracking_uri"], result["mlflow_run_id"])
+    want = _history(ref_result["tracking_uri"], ref_result["mlflow_run_id"])
+    assert sorted(got["return_mean"]) == list(range(1, STEPS + 1))
+    for key in COMPARED:
+        assert got[key] == want[key], key
+    assert result["steps"] == ref_result["steps"] == STEPS
+    assert result["eval"] == ref_result["eval"]
+
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(result["tracking_uri"]).get_run(result["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["rlsvc.resumes"] == "1"
+    assert run.data.tags["rlsvc.resume.1.from_step"] == str(EVERY)
+
+    # the final weights are the same tensors
+    from safetensors.torch import load_file
+
+    a, b = load_file(str(Path(result["checkpoint"]) / "model.safetensors")), load_file(str(Path(ref_result["checkpoint"]) / "model.safetensors"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
