@@ -301,6 +301,10 @@ class FaultConfig(Strict):
     """How many times Ray restarts a dead env, reward or buffer actor (a crash, a preempted node)
     before the job fails; -1: no limit. An env actor's in-flight episodes are lost with it: their
     groups are left out of that step and counted (`env_actor_failures`, `groups_dropped`)."""
+    max_policy_restarts: int = Field(3, ge=0)
+    """How many times a job replaces its policy actors after one died, before it fails: a dead
+    rollout worker is replaced and synced; a dead trainer rank or reference restarts the trainer
+    group from the newest checkpoint, and the steps since are run again (`faults/steps_redone`)."""
     max_nonfinite_steps: int = Field(10, ge=0)
     """A step whose loss or gradient is NaN or infinite is skipped (no weight update) and counted
     (`nonfinite_skipped`); the job stops with an error once this many steps were skipped."""

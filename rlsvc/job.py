@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rlsvc.async_loop import AsyncGRPOLoop
-from rlsvc.checkpoint import ResumePoint
+from rlsvc.checkpoint import CHECKPOINTS, ResumePoint
 from rlsvc.cluster.placement import pack, plan
 from rlsvc.cluster.ray_setup import cluster_view, connect, node_resources, submission_metadata
 from rlsvc.config import Config, flatten, to_yaml
@@ -31,6 +31,7 @@ from rlsvc.tracking.run_tags import config_hash, ray_job_metadata, ray_job_tags,
 from rlsvc.training_checkpoint import Best
 from rlsvc.training_checkpoint import restore as restore_checkpoint
 from rlsvc.training_checkpoint import save as save_checkpoint
+from rlsvc.weight_sync.base import build_weight_sync
 
 log = logging.getLogger("rlsvc")
 CHECKPOINT_META = "rlsvc.json"
@@ -99,35 +100,92 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
                                                    "elapsed_s": time.time() - started, "config_hash": config_hash(cfg)},
                         cfg.run.keep_checkpoints)
 
+    def ledger(**record: Any) -> None:
+        """trained.jsonl: which groups each step trained on, and every rewind to a checkpoint.
+        Replayed (a rewind drops the steps after it), no group appears twice."""
+        with (run_dir / "trained.jsonl").open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    if at.start_step == 0:
+        checkpoint(0)
+    else:
+        ledger(rewind_to=at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone  # a policy actor lost before the first periodic checkpoint restarts from here
     ray_metrics = RayStepMetrics(transcripts.parent.name, cfg.weight_sync.type)
     with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
                   TextColumn("greedy {task.fields[val]:+.3f}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
         task = bar.add_task("train", total=cfg.run.steps, completed=at.start_step, ret=float("nan"), val=float("nan"))
-        for step in range(at.start_step, cfg.run.steps):
+        step, restarts, redone = at.start_step, 0, 0
+        while step < cfg.run.steps:
             if cfg.run.time_budget_minutes and time.time() - started > cfg.run.time_budget_minutes * 60:
                 console.print(f"time budget of {cfg.run.time_budget_minutes} min reached after {step} steps")
                 break
-            last, episodes = loop.step(step)
-            last["time/since_start_s"] = time.time() - started
-            tracker.log_metrics(last, step=step + 1)
-            ray_metrics.record(last, len(episodes))
-            if step in (0, cfg.run.steps - 1) or step % 25 == 0:
-                write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)
-            if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
-                val = validate(cfg, loop)
-                tracker.log_metrics({"eval/val_return": val}, step=step + 1)
-                if best is None or val > best.val_return:
-                    best = Best(val, loop.version, loop.svc.train_call("hf_state_dict")[0])
-            if cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0:
-                checkpoint(step + 1)
+            try:
+                last, episodes = loop.step(step)
+                ledger(step=step + 1, groups=loop.trained_groups)
+                last["time/since_start_s"] = time.time() - started
+                tracker.log_metrics(last, step=step + 1)
+                ray_metrics.record(last, len(episodes))
+                if step in (0, cfg.run.steps - 1) or step % 25 == 0:
+                    write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)
+                if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
+                    val = validate(cfg, loop)
+                    tracker.log_metrics({"eval/val_return": val}, step=step + 1)
+                    if best is None or val > best.val_return:
+                        best = Best(val, loop.version, loop.svc.train_call("hf_state_dict")[0])
+                if cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0:
+                    checkpoint(step + 1)
+            except ray.exceptions.RayError as err:
+                # A trainer rank, the reference or a rollout worker died (env, reward and buffer
+                # actors are restarted by Ray underneath): restart from the last checkpoint. The
+                # error may also be a surviving rank's, whose collective lost its peer.
+                dead = loop.svc.dead_policy_actors()
+                if not dead:
+                    raise
+                while True:  # an actor may die during the recovery too: recover again
+                    restarts += 1
+                    if restarts > cfg.faults.max_policy_restarts:
+                        raise
+                    try:
+                        resumed, best = recover(cfg, loop, run_dir)
+                        break
+                    except ray.exceptions.RayError as again:
+                        console.print(f"recovery interrupted ({type(again).__name__}); again")
+                ledger(rewind_to=resumed)  # the steps after the checkpoint are undone: their updates are gone
+                redone += step + 1 - resumed
+                console.print(f"{', '.join(dead)} died in step {step + 1} ({type(err).__name__}): policy actors restarted from the "
+                              f"checkpoint after step {resumed} ({restarts}/{cfg.faults.max_policy_restarts})")
+                tracker.log_metrics({"faults/policy_restarts": restarts, "faults/steps_redone": redone}, step=step + 1)
+                bar.update(task, completed=resumed)
+                step = done = resumed
+                continue
             best_val = best.val_return if best else float("nan")
             bar.update(task, advance=1, ret=last["return_mean"], val=best_val)
-            done = step + 1
             if not console.is_terminal and (step + 1) % 10 == 0:  # job logs get plain lines, not a bar
                 console.print(f"step {step + 1}/{cfg.run.steps} return {last['return_mean']:+.3f} best greedy {best_val:+.3f} elapsed {time.time() - started:.0f}s")
+            step = done = step + 1
     if done > at.start_step and not (cfg.run.checkpoint_every and done % cfg.run.checkpoint_every == 0):
         checkpoint(done)
     return last, best, episodes
+
+
+def recover(cfg: Config, loop: GRPOLoop, run_dir: Path) -> tuple[int, Best | None]:
+    """After a policy actor died: new trainer ranks and reference (the whole group: survivors
+    would wait forever in a collective), new rollout workers for dead ones, everything loaded
+    from the newest complete checkpoint, weights synced. Returns the checkpoint's step."""
+    from rlsvc.checkpoint import latest_checkpoint
+
+    svc = loop.svc
+    loop.sync.close(timeout_s=10)
+    svc.restart_policy_group()
+    for i in svc.dead_rollout_workers():
+        svc.replace_rollout(i)
+    folder, state, _ = latest_checkpoint(run_dir / CHECKPOINTS)
+    best = restore_checkpoint(folder, state, loop, setup_trainers(cfg, svc))
+    ray.get([w.rewind.remote(state["version"]) for w in svc.rollout])  # back to the checkpoint's weights
+    ws = cfg.weight_sync
+    loop.sync = build_weight_sync(ws.type, svc.trainers, svc.rollout, ws.bucket_mb, ws.verify)
+    loop.sync_weights()
+    return state["step"], best
 
 
 def final_weights(cfg: Config, loop: GRPOLoop, best: Best | None, console: Console) -> tuple[dict, int]:

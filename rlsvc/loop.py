@@ -5,13 +5,14 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ray
 import torch
 
 from rlsvc.algo.grpo import group_advantages
 from rlsvc.buffer.replay import Episode
+from rlsvc.cluster.fleet import RolloutWorkerLost
 from rlsvc.config import Config
 from rlsvc.models.tokenizer import PAD_ID
 from rlsvc.policy_io import BlackjackCodec, CodeCodec
@@ -95,6 +96,10 @@ class GRPOLoop:
     svc: Services
     codec: Codec
     version: int = 0
+    rollout_replacements: int = 0
+    """Rollout workers started again after dying (each synced to the current weights)."""
+    trained_groups: list[int] = field(default_factory=list)
+    """Group ids of the episodes the last step trained on."""
 
     def __post_init__(self) -> None:
         self.runner = RolloutRunner(self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns)
@@ -147,10 +152,32 @@ class GRPOLoop:
         """DESIGN.md steps 1-2: B groups of G episodes played to the end with the engines' policy."""
         return self.runner.collect(self.groups(step), self.cfg.grpo.group_size, version, sample_seed=self.cfg.run.seed * 7919 + step)
 
+    def collect_replacing(self, step: int) -> list[Episode]:
+        """`collect`, surviving rollout workers that die on the way: each dead one is started
+        again and loaded with the current weights, and the batch is played again from its start
+        (same deals, same sampling seeds); the partly played episodes are dropped, never trained on."""
+        while True:
+            try:
+                return self.collect(step, self.version)
+            except RolloutWorkerLost as lost:
+                if self.rollout_replacements + len(lost.indices) > self.cfg.faults.max_policy_restarts:
+                    raise
+                self.replace_rollout(lost.indices)
+
+    def replace_rollout(self, indices: list[int]) -> dict[str, float]:
+        """New rollout workers for dead ones, on a weight sync rebuilt over the new set."""
+        self.sync.close()
+        for i in indices:
+            self.svc.replace_rollout(i)
+        ws = self.cfg.weight_sync
+        self.sync = build_weight_sync(ws.type, self.svc.trainers, self.svc.rollout, ws.bucket_mb, ws.verify)
+        self.rollout_replacements += len(indices)
+        return self.sync_weights()
+
     def step(self, step: int) -> tuple[dict[str, float], list[Episode]]:
         """Synchronous: collect with the current weights, learn, push the new weights."""
         t0 = time.perf_counter()
-        episodes = self.collect(step, self.version)
+        episodes = self.collect_replacing(step)
         t_rollout = time.perf_counter()
         metrics = self.learn(episodes)
         t_learn = time.perf_counter()
@@ -182,6 +209,7 @@ class GRPOLoop:
         assign_advantages(episodes, G, cfg.grpo.normalize_std)
         depth = ray.get(svc.buffer.add.remote(episodes))
         batch_eps = ray.get(svc.buffer.sample.remote(B * G, self.version))
+        self.trained_groups = sorted({ep.group_id for ep in batch_eps})  # for the job's ledger (trained.jsonl)
         depth -= len(batch_eps)
         staleness = [self.version - ep.policy_version for ep in batch_eps]
         t_reward = time.perf_counter()
@@ -208,6 +236,7 @@ class GRPOLoop:
             **train,
             **faults,
             "nonfinite_steps_total": float(self.nonfinite.skipped),
+            "rollout_replacements_total": float(self.rollout_replacements),
             "buffer_depth": float(depth),
             "train_skipped": 0.0,
             "time/reward_s": t_reward - t0,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,7 +12,7 @@ import ray
 
 from rlsvc.cluster.actors import BufferWorker, EnvWorker, RewardWorker, RolloutWorker, TrainerWorker
 from rlsvc.cluster.fleet import RayEnvFleet, RayGenerator
-from rlsvc.cluster.placement import Placement, Role
+from rlsvc.cluster.placement import Placement, Role, actor_name
 from rlsvc.config import Config
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,10 @@ class Services:
     fleet: RayEnvFleet
     extra: dict[str, Any] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
+    make_rollout: Callable[[int], Any] | None = None
+    """Starts rollout worker i (same name, placement and engine settings): replaces a dead one."""
+    make_policy_group: Callable[[], tuple[list[Any], Any]] | None = None
+    """Starts the trainer ranks and the reference model afresh (set-up is the caller's)."""
 
     def all_actors(self) -> list[Any]:
         ref = [self.reference] if self.reference is not None else []
@@ -39,6 +44,40 @@ class Services:
         if shards is None:
             return ray.get([t.call.remote(method, **kwargs) for t in self.trainers])
         return ray.get([t.call.remote(method, s, **kwargs) for t, s in zip(self.trainers, shards)])
+
+    def replace_rollout(self, index: int, timeout_s: float = 60.0) -> Any:
+        """Start a new rollout worker in place of dead worker `index` (once Ray has released
+        its name); it serves the initial weights until the caller syncs it."""
+        old = self.rollout[index]
+        ray.kill(old, no_restart=True)  # a dead worker stays dead; a wedged one is put down
+        _wait_name_free(actor_name("rollout", index, len(self.rollout)), time.time() + timeout_s)
+        self.rollout[index] = self.make_rollout(index)  # type: ignore[misc]
+        return self.rollout[index]
+
+    def dead_rollout_workers(self, timeout_s: float = 30.0) -> list[int]:
+        """Indices of rollout workers that are dead (or do not answer within `timeout_s`)."""
+        return [i for i, w in enumerate(self.rollout) if not _alive(w, timeout_s, busy_is_alive=False)]
+
+    def dead_policy_actors(self, timeout_s: float = 10.0) -> list[str]:
+        """Names of the trainer ranks, reference and rollout workers that are dead. A rank busy
+        in a collective does not answer either; only a definite death counts here."""
+        ref = [("rlsvc-reference", self.reference)] if self.reference is not None else []
+        named = [*((f"rlsvc-trainer-{i}", t) for i, t in enumerate(self.trainers)), *ref,
+                 *((f"rlsvc-rollout-{i}", w) for i, w in enumerate(self.rollout))]
+        return [name for name, actor in named if not _alive(actor, timeout_s, busy_is_alive=True)]
+
+    def restart_policy_group(self, timeout_s: float = 60.0) -> None:
+        """Replace every trainer rank and the reference model: one dead rank leaves the others
+        inside a collective that will never finish, so the whole group goes."""
+        old = [*self.trainers, *([self.reference] if self.reference is not None else [])]
+        for actor in old:
+            ray.kill(actor, no_restart=True)
+        deadline = time.time() + timeout_s
+        for rank in range(len(self.trainers)):
+            _wait_name_free(actor_name("trainer", rank, len(self.trainers)), deadline)
+        if self.reference is not None:
+            _wait_name_free(actor_name("reference", 0, 1), deadline)
+        self.trainers[:], self.reference = self.make_policy_group()  # type: ignore[misc]
 
     def stop(self) -> None:
         closing = [a.close.remote() for a in self.all_actors() if hasattr(a, "close")]
@@ -52,12 +91,26 @@ class Services:
         # the names only once the GCS has marked these dead.
         deadline = time.time() + 30
         for name in self.names:
-            while time.time() < deadline:
-                try:
-                    ray.get_actor(name)
-                except ValueError:
-                    break
-                time.sleep(0.1)
+            _wait_name_free(name, deadline)
+
+
+def _alive(actor: Any, timeout_s: float, busy_is_alive: bool) -> bool:
+    try:
+        ray.get(actor.node_id.remote(), timeout=timeout_s)
+        return True
+    except ray.exceptions.RayActorError:
+        return False
+    except ray.exceptions.GetTimeoutError:
+        return busy_is_alive
+
+
+def _wait_name_free(name: str, deadline: float) -> None:
+    while time.time() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:
+            return
+        time.sleep(0.1)
 
 
 def _actor(cls: type, place: Placement, index: int = 0) -> Any:
@@ -77,10 +130,17 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         "dtype": cfg.rollout.dtype,
         "tensor_parallel_size": cfg.rollout.tensor_parallel_size,
     }
-    rollout = [_actor(RolloutWorker, placement["rollout"], i)(model_source, engine_kwargs, sampling) for i in range(cfg.rollout.num_workers)]
+    def make_rollout(i: int) -> Any:
+        return _actor(RolloutWorker, placement["rollout"], i)(model_source, engine_kwargs, sampling)
+
+    rollout = [make_rollout(i) for i in range(cfg.rollout.num_workers)]
     n = cfg.trainer.num_ranks
-    trainers = [_actor(TrainerWorker, placement["trainer"], rank)(rank, n) for rank in range(n)]
-    reference = _actor(TrainerWorker, placement["reference"])(0, 1) if cfg.grpo.kl_coef > 0 else None
+
+    def make_policy_group() -> tuple[list[Any], Any]:
+        trainers = [_actor(TrainerWorker, placement["trainer"], rank)(rank, n) for rank in range(n)]
+        return trainers, (_actor(TrainerWorker, placement["reference"])(0, 1) if cfg.grpo.kl_coef > 0 else None)
+
+    trainers, reference = make_policy_group()
     latency = cfg.env.step_latency_ms / 1000
     code = {**cfg.env.code.model_dump(), "max_turns": cfg.env.max_turns} if cfg.env.type == "code" else None
     envs = [_actor(EnvWorker, placement["env"], i)(cfg.env.sessions_per_actor, latency, code) for i in range(cfg.env.num_actors)]
@@ -96,4 +156,6 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         generator=RayGenerator(rollout),
         fleet=RayEnvFleet(envs, cfg.env.sessions_per_actor),
         names=[p.options(i)["name"] for p in placement.values() for i in range(p.count)],
+        make_rollout=make_rollout,
+        make_policy_group=make_policy_group,
     )

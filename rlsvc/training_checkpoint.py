@@ -68,3 +68,16 @@ def restore(folder: Path, state: dict, loop: Any, trainer_setup: dict) -> Best |
     if state.get("best_version") is None:
         return None
     return Best(state["best_val_return"], state["best_version"], load_file(str(folder / "best.safetensors")))
+
+
+def replay_ledger(path: Path) -> dict[int, list[int]]:
+    """The steps that count from `trained.jsonl` (step -> trained group ids): a rewind to a
+    checkpoint drops the steps after it, as their weight updates were discarded."""
+    steps: dict[int, list[int]] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if "rewind_to" in record:
+            steps = {s: g for s, g in steps.items() if s <= record["rewind_to"]}
+        else:
+            steps[record["step"]] = record["groups"]
+    return steps

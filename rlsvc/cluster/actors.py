@@ -88,6 +88,9 @@ class RolloutWorker(_WeightSyncEndpoint):
     def version(self) -> int:
         return self.engine.version
 
+    def rewind(self, version: int) -> None:
+        self.engine.rewind(version)
+
     def num_parameters(self) -> int:
         return self.engine.num_parameters()
 

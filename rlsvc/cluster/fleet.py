@@ -30,8 +30,17 @@ class EnvActorGone(RuntimeError):
     pass
 
 
+class RolloutWorkerLost(RuntimeError):
+    """Rollout workers died during a generate call (a crash, a lost node); `indices` says which."""
+
+    def __init__(self, indices: list[int]) -> None:
+        super().__init__(f"rollout workers {indices} died")
+        self.indices = indices
+
+
 class RayGenerator:
-    """Splits a batch of prompts evenly over the rollout workers."""
+    """Splits a batch of prompts evenly over the rollout workers. `workers` is the job's list
+    of rollout actors itself, so a replaced worker is used from the next call on."""
 
     def __init__(self, workers: list[Any], greedy: bool = False) -> None:
         self.workers = workers
@@ -41,11 +50,20 @@ class RayGenerator:
         n, k = len(prompts), len(self.workers)
         bounds = [round(i * n / k) for i in range(k + 1)]
         refs = [
-            w.generate.remote(prompts[bounds[i] : bounds[i + 1]], seeds[bounds[i] : bounds[i + 1]], self.greedy)
+            (i, w.generate.remote(prompts[bounds[i] : bounds[i + 1]], seeds[bounds[i] : bounds[i + 1]], self.greedy))
             for i, w in enumerate(self.workers)
             if bounds[i + 1] > bounds[i]
         ]
-        return [out for part in ray.get(refs) for out in part]
+        out: list[dict] = []
+        lost: list[int] = []
+        for i, ref in refs:
+            try:
+                out += ray.get(ref)
+            except ray.exceptions.RayActorError:
+                lost.append(i)
+        if lost:
+            raise RolloutWorkerLost(lost)
+        return out
 
 
 class RayEnvFleet:

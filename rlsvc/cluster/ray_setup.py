@@ -112,8 +112,16 @@ def keep_local_cluster_on_loopback(cfg: ClusterConfig) -> None:
     loopback as the node IP (as on macOS) is this switch, read when Ray is first imported: call
     this before anything imports ray. The trainer's rendezvous and the OpenEnv servers follow
     the node IP."""
-    if not cfg.resolved_address():
+    address = cfg.resolved_address()
+    if not address or is_loopback(address):
         os.environ.setdefault(LOOPBACK_ONLY_ENV, "0")
+
+
+def is_loopback(address: str) -> bool:
+    """A `host:port` Ray address on this machine's loopback interface. A client must then use
+    loopback too: Ray would otherwise rewrite 127.0.0.1 to the routable IP, where nothing listens."""
+    host = urlparse(address if "://" in address else f"ray://{address}").hostname
+    return host in ("127.0.0.1", "localhost", "::1")
 
 
 def connect(cfg: ClusterConfig, log_to_driver: bool = True, metadata: dict[str, str] | None = None) -> Connection:

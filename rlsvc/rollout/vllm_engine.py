@@ -245,6 +245,11 @@ class VLLMEngine:
         self._shared = (flat, plan)
         return flat.numel(), plan
 
+    def rewind(self, version: int) -> None:
+        """The job restarted from a checkpoint at `version`: the next update brings that
+        version, which may be older than what the engine holds. Accept it (and nothing older)."""
+        self.version = min(self.version, version - 1)
+
     def begin_update(self, manifest: Manifest, direct: bool = False) -> None:
         """Check a new version before any live weight changes: it must be newer than what the
         engine holds (versions only move forward; a worker that missed some jumps straight to the

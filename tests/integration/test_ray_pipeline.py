@@ -91,3 +91,17 @@ def test_actors_sit_on_their_node_groups(job):
     for label, actors in groups.items():
         for node in ray.get([a.node_id.remote() for a in actors]):
             assert label in resources[node]
+
+
+def test_a_dead_rollout_worker_is_replaced_synced_and_the_batch_replayed(job):
+    """SIGKILL-like death of the vLLM worker (ray.kill): the next step starts a new worker under
+    the same name, loads the trainer's current weights into it, and plays the whole batch."""
+    cfg, svc, loop, setup, ray = job
+    old = svc.rollout[0]
+    ray.kill(old, no_restart=True)
+    metrics, episodes = loop.step(loop.version)
+    assert svc.rollout[0] is not old and loop.rollout_replacements == 1 and metrics["rollout_replacements_total"] == 1.0
+    assert len(episodes) == 16 and all(ep.outcome for ep in episodes) and metrics["groups_dropped"] == 0
+    assert ray.get(svc.rollout[0].version.remote()) == loop.version  # the step's own push reached the new worker
+    assert ray.get(ray.get_actor("rlsvc-rollout-0").fingerprint.remote()) == ray.get(svc.rollout[0].fingerprint.remote())
+    test_engine_outputs_follow_the_trainer(job)  # it generates with exactly the trainer's weights

@@ -44,3 +44,28 @@ def test_env_reward_and_buffer_actors_are_restarted_by_ray_and_policy_actors_are
     assert all("max_restarts" not in opts[r] for r in ("rollout", "trainer", "reference"))
     off = planned(load_config(None, ["faults.max_actor_restarts=0"]))
     assert "max_restarts" not in off["env"].options(0)
+
+
+def test_the_ledger_replayed_drops_rewound_steps(tmp_path):
+    """trained.jsonl: a rewind to a checkpoint undoes the steps after it; what is left has every
+    step once and no group twice."""
+    import json
+
+    from rlsvc.training_checkpoint import replay_ledger
+
+    records = [{"step": 1, "groups": [0, 1]}, {"step": 2, "groups": [2, 3]}, {"step": 3, "groups": [4, 5]},
+               {"rewind_to": 1}, {"step": 2, "groups": [2, 3]}, {"step": 3, "groups": [4, 5]}, {"step": 4, "groups": [6, 7]}]
+    ledger = tmp_path / "trained.jsonl"
+    ledger.write_text("".join(json.dumps(r) + "\n" for r in records))
+    steps = replay_ledger(ledger)
+    assert sorted(steps) == [1, 2, 3, 4]
+    groups = [g for gs in steps.values() for g in gs]
+    assert len(groups) == len(set(groups)) == 8
+
+
+def test_chaos_refuses_bad_arguments_in_one_line():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "rlsvc.chaos", "--address", "127.0.0.1:1", "--every", "0"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.strip() == "rlsvc.chaos: --every and --duration must be > 0"

@@ -175,6 +175,21 @@ def test_checkpoint_restores_model_and_optimiser_exactly(tmp_path) -> None:
     assert all(torch.equal(a, b) for a, b in zip(original.hf_state_dict().values(), restored.hf_state_dict().values()))
 
 
+def test_checkpoint_before_any_step_leaves_the_optimiser_fresh(tmp_path) -> None:
+    """Checkpointing a trainer that has not stepped must not start AdamW's step count (asking
+    torch for the optimiser's state dict would): a run that checkpoints at step 0 computes the
+    same as one that does not."""
+    original = TitanTrainer(CFG, lr=1e-2, seed=1, device="cpu")
+    original.save_checkpoint(str(tmp_path / "trainer"))
+    assert not original.optimizer.state
+    restored = TitanTrainer(CFG, lr=1e-2, seed=2, device="cpu")
+    restored.load_checkpoint(str(tmp_path / "trainer"))
+    untouched = TitanTrainer(CFG, lr=1e-2, seed=1, device="cpu")
+    metrics = [t.train_step(grpo_batch(), kl_coef=0.1) for t in (original, restored, untouched)]
+    assert metrics[0] == metrics[1] == metrics[2]
+    assert all(torch.equal(a, b) for a, b in zip(original.hf_state_dict().values(), restored.hf_state_dict().values()))
+
+
 def test_sft_steps_raise_the_masked_token_probability() -> None:
     trainer = TitanTrainer(CFG, lr=3e-3, device="cpu")
     ids = token_batch(4, 10, seed=2)
