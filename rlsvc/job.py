@@ -107,9 +107,9 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
             f.write(json.dumps(record) + "\n")
 
     if at.start_step == 0:
-        checkpoint(0)
+        checkpoint(0)  # a policy actor lost before the first periodic checkpoint restarts from here
     else:
-        ledger(rewind_to=at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone  # a policy actor lost before the first periodic checkpoint restarts from here
+        ledger(rewind_to=at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone
     ray_metrics = RayStepMetrics(transcripts.parent.name, cfg.weight_sync.type)
     with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
                   TextColumn("greedy {task.fields[val]:+.3f}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
@@ -136,20 +136,12 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
                     checkpoint(step + 1)
             except ray.exceptions.RayError as err:
                 # A trainer rank, the reference or a rollout worker died (env, reward and buffer
-                # actors are restarted by Ray underneath): restart from the last checkpoint. The
-                # error may also be a surviving rank's, whose collective lost its peer.
+                # actors are restarted by Ray underneath); the error may also be a surviving
+                # rank's, whose collective lost its peer. Restart from the newest checkpoint.
                 dead = loop.svc.dead_policy_actors()
                 if not dead:
                     raise
-                while True:  # an actor may die during the recovery too: recover again
-                    restarts += 1
-                    if restarts > cfg.faults.max_policy_restarts:
-                        raise
-                    try:
-                        resumed, best = recover(cfg, loop, run_dir)
-                        break
-                    except ray.exceptions.RayError as again:
-                        console.print(f"recovery interrupted ({type(again).__name__}); again")
+                restarts, resumed, best = recover_with_retries(cfg, loop, run_dir, console, restarts)
                 ledger(rewind_to=resumed)  # the steps after the checkpoint are undone: their updates are gone
                 redone += step + 1 - resumed
                 console.print(f"{', '.join(dead)} died in step {step + 1} ({type(err).__name__}): policy actors restarted from the "
@@ -166,6 +158,23 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
     if done > at.start_step and not (cfg.run.checkpoint_every and done % cfg.run.checkpoint_every == 0):
         checkpoint(done)
     return last, best, episodes
+
+
+class TooManyRestarts(RuntimeError):
+    pass
+
+
+def recover_with_retries(cfg: Config, loop: GRPOLoop, run_dir: Path, console: Console, restarts: int) -> tuple[int, int, Best | None]:
+    """`recover`, again if an actor dies during it, within `faults.max_policy_restarts` in all.
+    Returns (restarts so far, the checkpoint's step, its best policy)."""
+    while True:
+        restarts += 1
+        if restarts > cfg.faults.max_policy_restarts:
+            raise TooManyRestarts(f"policy actors died {restarts} times (faults.max_policy_restarts={cfg.faults.max_policy_restarts})")
+        try:
+            return (restarts, *recover(cfg, loop, run_dir))
+        except ray.exceptions.RayError as again:
+            console.print(f"recovery interrupted ({type(again).__name__}); again")
 
 
 def recover(cfg: Config, loop: GRPOLoop, run_dir: Path) -> tuple[int, Best | None]:

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rlsvc.cluster.fleet import EnvActorGone
     from rlsvc.cluster.placement import PlacementError
-    from rlsvc.job import run
+    from rlsvc.job import TooManyRestarts, run
     from rlsvc.loop import TooManyNonFiniteSteps
 
     try:
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     except PlacementError as e:  # found after joining the cluster, before any actor started
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
-    except (TooManyNonFiniteSteps, EnvActorGone) as e:  # the MLflow run is marked FAILED
+    except (TooManyNonFiniteSteps, EnvActorGone, TooManyRestarts) as e:  # the MLflow run is marked FAILED
         print(f"rlsvc.train: stopped: {e}", file=sys.stderr)
         return 1
 

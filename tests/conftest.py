@@ -43,7 +43,7 @@ def python() -> str:
     return sys.executable
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def run_notebook():
     """`run_notebook(name, env)` -> (all output text, number of PNGs shown): see execute_notebook."""
     return lambda name, env, timeout_s=900: notebook_outputs(execute_notebook(name, env, timeout_s))

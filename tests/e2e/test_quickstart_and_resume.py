@@ -39,10 +39,9 @@ def _env() -> dict:
 
 
 @pytest.fixture(scope="module")
-def quickstart(tmp_path_factory, request):
+def quickstart(tmp_path_factory, run_notebook):
     """The notebook run: its outputs (text, PNG count) and the job's result.json."""
     work = tmp_path_factory.mktemp("quickstart")
-    run_notebook = request.getfixturevalue("run_notebook")
     text, pngs = run_notebook("quickstart.ipynb", {"RLSVC_NB_STEPS": str(STEPS), "RLSVC_NB_WORKDIR": str(work),
                                                    "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
                                                    "RLSVC_NB_EVAL_EPISODES": str(EVAL_EPISODES), "RAY_AUTH_MODE": "disabled"})

@@ -105,3 +105,27 @@ def test_a_dead_rollout_worker_is_replaced_synced_and_the_batch_replayed(job):
     assert ray.get(svc.rollout[0].version.remote()) == loop.version  # the step's own push reached the new worker
     assert ray.get(ray.get_actor("rlsvc-rollout-0").fingerprint.remote()) == ray.get(svc.rollout[0].fingerprint.remote())
     test_engine_outputs_follow_the_trainer(job)  # it generates with exactly the trainer's weights
+
+
+def test_a_dead_trainer_rank_restarts_the_group_from_the_checkpoint(job, tmp_path):
+    """Rank 1 of the 2-rank FSDP group dies (ray.kill): `recover` replaces both ranks and the
+    reference, restores the newest checkpoint (weights, AdamW state, version, buffer), and syncs
+    the rollout engine back to those weights; training goes on from there."""
+    from rlsvc.job import recover
+    from rlsvc.training_checkpoint import save
+
+    cfg, svc, loop, setup, ray = job
+    save(tmp_path, 7, loop, None, {"mlflow_run_id": "x", "tracking_uri": "x", "elapsed_s": 0.0, "config_hash": "x"}, keep=2)
+    saved_version, checksum = loop.version, svc.train_call("parameter_checksum")[0]
+    loop.step(loop.version)  # moves past the checkpoint
+    old = list(svc.trainers)
+    ray.kill(svc.trainers[1], no_restart=True)
+    assert svc.dead_policy_actors() == ["rlsvc-trainer-1"]
+    step, best = recover(cfg, loop, tmp_path)
+    assert step == 7 and best is None and loop.version == saved_version
+    assert all(new is not o for new, o in zip(svc.trainers, old)) and svc.dead_policy_actors() == []
+    assert svc.train_call("parameter_checksum")[0] == checksum  # the checkpoint's weights, on both new ranks
+    assert ray.get(svc.rollout[0].version.remote()) == saved_version
+    test_engine_outputs_follow_the_trainer(job)
+    metrics, _ = loop.step(loop.version)  # and the new group trains (a collective over both ranks)
+    assert math.isfinite(metrics["loss"]) and loop.version == saved_version + 1
