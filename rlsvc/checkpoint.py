@@ -68,21 +68,17 @@ def _fsync_tree(folder: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(root: Path, step: int, fill: Callable[[Path], None], state: dict, keep: int = 2) -> Path:
-    """Write checkpoint `step` under `root` atomically: `fill(tmp)` writes the payload into a
-    temporary folder, then `state.json` and the manifest are added, everything is fsynced, and
-    the folder is renamed into place. Keeps the newest `keep` checkpoints."""
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / step_dir_name(step)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
+def write_folder_atomically(final: Path, fill: Callable[[Path], None]) -> Path:
+    """`fill(tmp)` writes a folder's contents into a temporary sibling, which is then renamed to
+    `final`: a reader (vLLM, a resumed job) sees no folder or a complete one, never a half-written
+    one. An existing `final` is replaced; on any error the temporary folder is removed."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
     try:
         fill(tmp)
-        (tmp / STATE).write_text(json.dumps({**state, "step": step}, indent=2))
-        manifest = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in _files(tmp)}
-        (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=2))
-        _fsync_tree(tmp)
-        if final.exists():  # the same step again (a resumed run re-reaching it): replace it whole
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=root))
+        if final.exists():
+            # rename() cannot replace a non-empty folder: move the old one aside, then drop it.
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
             os.replace(final, old / "ckpt")
             os.replace(tmp, final)
             shutil.rmtree(old)
@@ -91,6 +87,23 @@ def write_checkpoint(root: Path, step: int, fill: Callable[[Path], None], state:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+    return final
+
+
+def write_checkpoint(root: Path, step: int, fill: Callable[[Path], None], state: dict, keep: int = 2) -> Path:
+    """Write checkpoint `step` under `root` atomically: `fill(tmp)` writes the payload into a
+    temporary folder, then `state.json` and the manifest are added, everything is fsynced, and
+    the folder is renamed into place. Keeps the newest `keep` checkpoints."""
+
+    def fill_and_seal(tmp: Path) -> None:
+        fill(tmp)
+        (tmp / STATE).write_text(json.dumps({**state, "step": step}, indent=2))
+        manifest = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in _files(tmp)}
+        (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=2))
+        _fsync_tree(tmp)
+
+    # the same step again (a resumed run re-reaching it) replaces the folder whole
+    final = write_folder_atomically(root / step_dir_name(step), fill_and_seal)
     for stale in checkpoints(root)[keep:]:
         shutil.rmtree(stale, ignore_errors=True)
     return final

@@ -9,9 +9,6 @@ tests check the exported model's logits against `transformers` numerically.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -132,23 +129,9 @@ def save_hf_checkpoint(
     reader (vLLM, a crash-restart) sees either no folder or a complete one. An existing folder at
     `directory` is replaced. `extra_files` (name -> text) are written inside the same transaction.
     """
-    final = Path(directory)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    try:
-        _write_checkpoint(tmp, hf_state_dict, cfg, extra_files or {})
-        if final.exists():
-            # rename() cannot replace a non-empty folder: move the old one aside, then drop it.
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-            os.replace(final, old / "ckpt")
-            os.replace(tmp, final)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
-    return final
+    from rlsvc.checkpoint import write_folder_atomically
+
+    return write_folder_atomically(Path(directory), lambda tmp: _write_checkpoint(tmp, hf_state_dict, cfg, extra_files or {}))
 
 
 def load_hf_state_dict(directory: str | Path) -> dict[str, torch.Tensor]:
