@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install run test test-fast lint bench-sync bench-env bench-sandbox clean
+.PHONY: install run test test-fast lint bench bench-sync bench-env bench-sandbox clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,17 +30,22 @@ test-fast: install
 lint: install
 	$(BIN)/ruff check rlsvc tests
 
+# the whole suite (rollout vs HF generate, weight sync, step anatomy, vs TRL, scaling): writes
+# benchmarks/results/latest.{json,md}; about 25 minutes here (benchmarks/__main__.py)
+bench: install
+	$(BIN)/python -m benchmarks $(ARGS)
+
 # weight sync per transport, 10M/100M/500M models, vs memcpy (benchmarks/weight_sync.py)
 bench-sync: install
-	$(BIN)/python benchmarks/weight_sync.py $(ARGS)
+	$(BIN)/python -m benchmarks.weight_sync $(ARGS)
 
-# episodes/s against the number of env actors on a simulated multi-node cluster (benchmarks/env_scaling.py)
+# episodes/s against env actors and rollout workers on a simulated multi-node cluster (benchmarks/env_scaling.py)
 bench-env: install
-	$(BIN)/python benchmarks/env_scaling.py $(ARGS)
+	$(BIN)/python -m benchmarks.env_scaling $(ARGS)
 
 # sandbox overhead vs bare python -c, and sandboxed executions/s per env actor (benchmarks/sandbox.py)
 bench-sandbox: install
-	$(BIN)/python benchmarks/sandbox.py $(ARGS)
+	$(BIN)/python -m benchmarks.sandbox $(ARGS)
 
 clean:
 	rm -rf $(VENV) runs mlruns mlflow.db

@@ -5,7 +5,7 @@ MLflow), identical except `rollout.asynchronous` and `buffer.max_staleness`, eac
 added to every env step. Reports episodes/s over the training loop (start-up and final
 evaluation excluded) and the final greedy return over 20,000 held-out deals.
 
-    python benchmarks/async_rollout.py [--steps 150] [--latency-ms 50] [--staleness 1]
+    python -m benchmarks.async_rollout [--steps 150] [--latency-ms 50] [--staleness 1]
 
 Results: a Markdown table on stdout and benchmarks/results/async_rollout_<label>.json.
 """
@@ -14,20 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+from benchmarks import RESULTS_DIR
+from benchmarks.jobs import run_job
 
-
-def run_job(name: str, overrides: list[str], out: Path) -> dict:
-    cmd = [sys.executable, "-m", "rlsvc.train", f"run.name={name}", f"run.output_dir={out}", *overrides]
-    print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    (result,) = out.glob(f"{name}-*/result.json")
-    return json.loads(result.read_text())
+RESULTS = RESULTS_DIR
 
 
 def main() -> None:
@@ -46,7 +39,7 @@ def main() -> None:
     rows = {}
     with tempfile.TemporaryDirectory(prefix="rlsvc-async-bench-") as tmp:
         for mode, extra in modes.items():
-            r = run_job(f"bench-{mode}", [*common, *extra, f"tracking.tracking_uri=sqlite:///{tmp}/mlflow.db"], Path(tmp))
+            r = run_job(f"bench-{mode}", [*common, *extra], Path(tmp))
             rows[mode] = {k: r[k] for k in ("steps", "train_s", "episodes_per_s", "total_s", "startup_s")} | {"eval_mean_return": r["eval"].get("mean_return")}
     sync, async_ = rows["sync"], rows[f"async_k{args.staleness}"]
     summary = {"speedup": async_["episodes_per_s"] / sync["episodes_per_s"], "return_diff": async_["eval_mean_return"] - sync["eval_mean_return"]}

@@ -7,7 +7,7 @@
    local backend, M OpenEnv sessions) executing a cell in every session, batch after batch, for
    a fixed time: sandboxed executions per second.
 
-    python benchmarks/sandbox.py [--runs 40] [--sessions 1 8 32] [--seconds 15]
+    python -m benchmarks.sandbox [--runs 40] [--sessions 1 8 32] [--seconds 15]
 
 Results: a Markdown table on stdout and benchmarks/results/sandbox.json.
 """
@@ -19,9 +19,10 @@ import json
 import statistics
 import subprocess
 import time
-from pathlib import Path
 
-RESULTS = Path(__file__).parent / "results"
+from benchmarks import RESULTS_DIR
+
+RESULTS = RESULTS_DIR
 SNIPPET = "print(sum(i * i for i in range(1000)))"
 
 

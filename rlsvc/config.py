@@ -190,6 +190,10 @@ class EnvConfig(Strict):
     """Return of an episode whose answer was neither HIT nor STAND (it ends there)."""
     step_latency_ms: float = Field(0.0, ge=0)
     """Simulated round trip added to every env step, as a remote sandbox has (benchmarks)."""
+    then_stick_at: int | None = Field(None, ge=2, le=22)
+    """Single-turn BlackJack: after the policy's first decision the environment plays the rest
+    of the hand with stick-at-N (hit below N). The task benchmarks/vs_trl.py gives TRL too.
+    None: the policy makes every decision."""
     num_cpus: float = Field(0.25, gt=0)
     """Ray CPUs reserved per env actor."""
     code: CodeEnvConfig = CodeEnvConfig()
@@ -362,6 +366,8 @@ class Config(Strict):
         episodes = self.grpo.groups_per_step * self.grpo.group_size
         if episodes % self.trainer.minibatches:
             raise ValueError(f"trainer.minibatches ({self.trainer.minibatches}) must divide groups_per_step*group_size ({episodes})")
+        if self.env.then_stick_at is not None and self.env.type != "blackjack":
+            raise ValueError(f"env.then_stick_at is single-turn BlackJack's; env.type is {self.env.type}")
         if self.env.type == "code":
             # warm start, greedy validation and the final evaluation are BlackJack's
             for key, value in (("model.warm_start_steps", self.model.warm_start_steps), ("eval.every_steps", self.eval.every_steps),

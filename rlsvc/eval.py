@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlsvc.envs.blackjack import HandView, seeded_game
+from rlsvc.envs.blackjack import HandView, finish_hand, seeded_game, stick_at
 
 ACTIONS = ("hit", "stand")
 
@@ -93,9 +93,10 @@ def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
     return Policy(model, AutoTokenizer.from_pretrained(str(folder)), device)
 
 
-def evaluate(policy: Policy | TablePolicy, episodes: int, seed: int, greedy: bool = True) -> dict[str, float]:
+def evaluate(policy: Policy | TablePolicy, episodes: int, seed: int, greedy: bool = True, then_stick_at: int | None = None) -> dict[str, float]:
     """Play `episodes` hands with the plain rules; deal i uses seed `seed`+i. Greedy decisions are
-    a function of the state, so each distinct state is asked once."""
+    a function of the state, so each distinct state is asked once. With `then_stick_at`, the
+    single-turn task (`env.then_stick_at`): the policy decides first, stick-at-N plays on."""
     games = [seeded_game(seed * 1_000_003 + i) for i in range(episodes)]
     table: dict[tuple, str] = {}
     rng = random.Random(seed)
@@ -110,6 +111,8 @@ def evaluate(policy: Policy | TablePolicy, episodes: int, seed: int, greedy: boo
             actions = policy.act(views, greedy=False, seed=rng.randrange(2**31))
         for g, a in zip(live, actions):
             g.step(a)
+            if then_stick_at is not None and not g.done:
+                finish_hand(g, stick_at(then_stick_at))
         live = [g for g in live if not g.done]
     n = max(episodes, 1)
     rewards = [g.reward for g in games]
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=20000, help="episodes to play (default 20000)")
     p.add_argument("--seed", type=int, default=12345, help="seed of the deals")
     p.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
+    p.add_argument("--then-stick-at", type=int, default=None, help="single-turn task: the policy decides first, stick-at-N plays on")
     args = p.parse_args(argv)
     if args.episodes < 1:
         print("rlsvc.eval: --episodes must be >= 1", file=sys.stderr)
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     except CheckpointError as e:
         print(f"rlsvc.eval: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(evaluate(policy, args.episodes, args.seed, greedy=not args.sample)))
+    print(json.dumps(evaluate(policy, args.episodes, args.seed, greedy=not args.sample, then_stick_at=args.then_stick_at)))
     return 0
 
 

@@ -73,7 +73,7 @@ def validate(cfg: Config, loop: GRPOLoop) -> float:
     """Greedy return of the trainer's current policy on the validation deals."""
     from rlsvc.eval import TablePolicy, evaluate
 
-    return evaluate(TablePolicy(loop.greedy_table()), cfg.eval.val_episodes, cfg.eval.val_seed)["mean_return"]
+    return evaluate(TablePolicy(loop.greedy_table()), cfg.eval.val_episodes, cfg.eval.val_seed, then_stick_at=cfg.env.then_stick_at)["mean_return"]
 
 
 @dataclass
@@ -96,9 +96,11 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
     run_dir = transcripts.parent
 
     def checkpoint(done: int) -> None:
+        t0 = time.perf_counter()
         save_checkpoint(run_dir, done, loop, best, {"mlflow_run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
                                                    "elapsed_s": time.time() - started, "config_hash": config_hash(cfg)},
                         cfg.run.keep_checkpoints)
+        tracker.log_metrics({"time/checkpoint_s": time.perf_counter() - t0}, step=done)
 
     def ledger(**record: Any) -> None:
         """trained.jsonl: which groups each step trained on, and every rewind to a checkpoint.
@@ -128,10 +130,11 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
                 if step in (0, cfg.run.steps - 1) or step % 25 == 0:
                     write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)
                 if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
+                    t_val = time.perf_counter()
                     val = validate(cfg, loop)
-                    tracker.log_metrics({"eval/val_return": val}, step=step + 1)
                     if best is None or val > best.val_return:
                         best = Best(val, loop.version, loop.svc.train_call("hf_state_dict")[0])
+                    tracker.log_metrics({"eval/val_return": val, "time/validate_s": time.perf_counter() - t_val}, step=step + 1)
                 if cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0:
                     checkpoint(step + 1)
             except ray.exceptions.RayError as err:
@@ -292,7 +295,7 @@ def run(cfg: Config, started: float, resume: ResumePoint | None = None) -> int:
             from rlsvc.eval import evaluate, load_policy
 
             t_eval = time.time()
-            result = evaluate(load_policy(checkpoint), cfg.eval.episodes, cfg.eval.seed)
+            result = evaluate(load_policy(checkpoint), cfg.eval.episodes, cfg.eval.seed, then_stick_at=cfg.env.then_stick_at)
             tracker.log_metrics({f"eval/{k}": v for k, v in result.items()} | {"eval/time_s": time.time() - t_eval}, step=loop.version)
         total_s = time.time() - started
         episodes_per_s = (loop.version - version_at_start) * cfg.grpo.groups_per_step * cfg.grpo.group_size / max(train_s, 1e-9)

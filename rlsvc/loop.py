@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import ray
@@ -90,6 +91,20 @@ def score(reward_actor, episodes: list[Episode]) -> tuple[list[Episode], int, in
     return kept, dropped, errors
 
 
+def warm_start_batches(codec: BlackjackCodec, seed: int, steps: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The format warm start's data: (input_ids, loss_mask) batches of random BlackJack
+    observations, each followed by a random HIT or STAND, the loss on that answer only."""
+    from rlsvc.envs.blackjack import BlackjackObservation
+
+    rng = random.Random(seed)
+    for _ in range(steps):
+        obs = [BlackjackObservation(player_sum=rng.randint(4, 21), dealer_card=rng.randint(1, 10), usable_ace=rng.random() < 0.2) for _ in range(batch_size)]
+        input_ids = torch.tensor([codec.encode(o) + [rng.choice(codec.allowed_token_ids)] for o in obs])
+        mask = torch.zeros_like(input_ids, dtype=torch.float32)
+        mask[:, -1] = 1.0
+        yield input_ids, mask
+
+
 @dataclass
 class GRPOLoop:
     cfg: Config
@@ -110,16 +125,8 @@ class GRPOLoop:
 
     def warm_start(self, steps: int, batch_size: int = 256) -> float:
         """Teach the answer format only: random observations, random HIT/STAND answers."""
-        from rlsvc.envs.blackjack import BlackjackObservation
-
-        rng = random.Random(self.cfg.run.seed)
         loss = float("nan")
-        for _ in range(steps):
-            obs = [BlackjackObservation(player_sum=rng.randint(4, 21), dealer_card=rng.randint(1, 10), usable_ace=rng.random() < 0.2) for _ in range(batch_size)]
-            ids = [self.codec.encode(o) + [rng.choice(self.codec.allowed_token_ids)] for o in obs]
-            input_ids = torch.tensor(ids)
-            mask = torch.zeros_like(input_ids, dtype=torch.float32)
-            mask[:, -1] = 1.0
+        for input_ids, mask in warm_start_batches(self.codec, self.cfg.run.seed, steps, batch_size):
             shards = split_batch({"input_ids": input_ids, "loss_mask": mask}, len(self.svc.trainers))
             losses = ray.get([t.call.remote("sft_step", s["input_ids"], s["loss_mask"]) for t, s in zip(self.svc.trainers, shards)])
             loss = float(losses[0])
@@ -187,6 +194,7 @@ class GRPOLoop:
         metrics.update({
             **sync,
             "time/rollout_s": t_rollout - t0,
+            **{f"time/{k}": v for k, v in self.runner.last_timing.items()},  # generate_s, env_s: parts of rollout_s
             "time/sync_s": t_end - t_learn,
             "time/step_s": t_end - t0,
             "tokens_per_s": tokens / max(t_rollout - t0, 1e-9),

@@ -143,7 +143,8 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
     trainers, reference = make_policy_group()
     latency = cfg.env.step_latency_ms / 1000
     code = {**cfg.env.code.model_dump(), "max_turns": cfg.env.max_turns} if cfg.env.type == "code" else None
-    envs = [_actor(EnvWorker, placement["env"], i)(cfg.env.sessions_per_actor, latency, code) for i in range(cfg.env.num_actors)]
+    envs = [_actor(EnvWorker, placement["env"], i)(cfg.env.sessions_per_actor, latency, code, cfg.env.then_stick_at)
+            for i in range(cfg.env.num_actors)]
     reward = _actor(RewardWorker, placement["reward"])(cfg.env.invalid_action_penalty)
     buffer = _actor(BufferWorker, placement["buffer"])(cfg.buffer.capacity, cfg.buffer.max_staleness)
     return Services(

@@ -181,10 +181,11 @@ class EnvWorker:
     """OpenEnv server + WebSocket sessions on a CPU node: BlackJack, or with `code` (the
     `env.code` settings and the turn limit) the code-interpreter environment."""
 
-    def __init__(self, num_sessions: int, step_latency_s: float = 0.0, code: dict[str, Any] | None = None) -> None:
-        from rlsvc.envs.openenv_pool import EnvPool, code_spec
+    def __init__(self, num_sessions: int, step_latency_s: float = 0.0, code: dict[str, Any] | None = None,
+                 then_stick_at: int | None = None) -> None:
+        from rlsvc.envs.openenv_pool import EnvPool, blackjack_spec, code_spec
 
-        spec = None
+        spec = blackjack_spec(then_stick_at)
         if code is not None:
             from rlsvc.envs.code_interpreter import CodeEnvSettings
 

@@ -175,10 +175,23 @@ def uniform_random_policy(seed: int | None = None) -> Policy:
 
 def play_episode(policy: Policy, seed: int | None, cards: CardSource | None = None) -> float:
     """Play one episode with the plain rules and return its total reward."""
-    game = BlackjackGame(cards) if cards is not None else seeded_game(seed)
+    return finish_hand(BlackjackGame(cards) if cards is not None else seeded_game(seed), policy)
+
+
+def finish_hand(game: BlackjackGame, policy: Policy) -> float:
+    """Play `game` on with `policy` until it ends; its return."""
     while not game.done:
         game.step(policy(game.view()))
     return game.reward
+
+
+def first_decision_return(seed: int, action: ActionName, then_stick_at: int) -> float:
+    """Single-turn BlackJack: the return of the deal `seed` when the first decision is `action`
+    and stick-at-`then_stick_at` plays the rest of the hand. The OpenEnv environment with
+    `then_stick_at` plays exactly this (benchmarks/vs_trl.py scores TRL's completions with it)."""
+    game = seeded_game(seed)
+    game.step(action)
+    return finish_hand(game, stick_at(then_stick_at))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,6 +262,15 @@ def _build_openenv_classes() -> dict[str, type]:
 
         # Instances share nothing, so the server may hold many sessions at once.
         SUPPORTS_CONCURRENT_SESSIONS = True
+        # Single-turn variant (`single_turn`): after the policy's first decision, stick-at-N
+        # plays the rest of the hand, so every episode is one decision.
+        THEN_STICK_AT: int | None = None
+
+        @classmethod
+        def single_turn(cls, then_stick_at: int) -> type:
+            """This environment, with every hand finished by stick-at-`then_stick_at` after the
+            policy's first decision (a class, so OpenEnv can read its concurrency flags)."""
+            return type(f"{cls.__name__}StickAt{then_stick_at}", (cls,), {"THEN_STICK_AT": then_stick_at})
         # The server gives each session its own thread for sync calls; with the async overrides
         # below only construction and close() use it, so one shared thread avoids a thread per
         # session (hundreds in the pool).
@@ -269,6 +291,8 @@ def _build_openenv_classes() -> dict[str, type]:
             if self._game is None:
                 raise RuntimeError("call reset before step")
             reward = self._game.step(action.action)
+            if self.THEN_STICK_AT is not None:
+                reward = finish_hand(self._game, stick_at(self.THEN_STICK_AT))
             self._state.step_count += 1
             return self._observe(reward=reward)
 

@@ -76,13 +76,15 @@ class EnvSpec:
     payload: Callable[[Any], dict[str, Any]]
 
 
-def blackjack_spec() -> EnvSpec:
+def blackjack_spec(then_stick_at: int | None = None) -> EnvSpec:
+    """BlackJack; with `then_stick_at`, single-turn (stick-at-N finishes every hand)."""
     from rlsvc.envs.blackjack import BlackjackAction, BlackjackEnvironment, BlackjackObservation, BlackjackState
 
     # The server validates against BlackjackAction; a plain dict skips a model round trip.
     # Passing the class (not a factory) lets OpenEnv check SUPPORTS_CONCURRENT_SESSIONS
     # without building a throwaway instance.
-    return EnvSpec("blackjack", BlackjackEnvironment, BlackjackAction, BlackjackObservation, BlackjackState, lambda a: {"action": a})
+    env = BlackjackEnvironment if then_stick_at is None else BlackjackEnvironment.single_turn(then_stick_at)
+    return EnvSpec("blackjack", env, BlackjackAction, BlackjackObservation, BlackjackState, lambda a: {"action": a})
 
 
 def code_spec(settings: Any) -> EnvSpec:

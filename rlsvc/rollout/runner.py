@@ -7,8 +7,9 @@ It depends only on two small interfaces, so it runs the same over Ray actor hand
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rlsvc.buffer.replay import Episode
@@ -53,20 +54,32 @@ class RolloutRunner:
     fleet: EnvFleet
     codec: PromptCodec
     max_turns: int = 12
+    # seconds the last `collect` spent waiting on the generator and on the environments; the
+    # rest of its wall time is this loop's own work (prompt encoding, parsing, bookkeeping)
+    last_timing: dict[str, float] = field(default_factory=dict)
 
     def collect(self, group_seeds: Sequence[tuple[int, int]], group_size: int, version: int, sample_seed: int) -> list[Episode]:
         """Play `group_size` episodes from each (group_id, deal_seed); all of a group share the deal."""
         jobs = [(gid, seed) for gid, seed in group_seeds for _ in range(group_size)]
         episodes: list[Episode] = []
+        self._timing = {"generate_s": 0.0, "env_s": 0.0}
         for start in range(0, len(jobs), self.fleet.num_slots):
             wave = jobs[start : start + self.fleet.num_slots]
             episodes += self._play_wave(wave, version, sample_seed + start)
+        self.last_timing = self._timing
         return episodes
+
+    def _timed(self, phase: str, fn: Callable[..., list[Any]], *args: Any) -> list[Any]:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self._timing[phase] += time.perf_counter() - t0
 
     def _play_wave(self, wave: list[tuple[int, int]], version: int, sample_seed: int) -> list[Episode]:
         episodes = [Episode(group_id=gid, policy_version=version) for gid, _ in wave]
         slots = list(range(len(wave)))
-        obs = dict(zip(slots, self.fleet.reset(slots, [seed for _, seed in wave])))
+        obs = dict(zip(slots, self._timed("env_s", self.fleet.reset, slots, [seed for _, seed in wave])))
         live = [s for s in slots if not obs[s].done]
         for s in slots:
             if obs[s].done:  # defensive: BlackJack never ends at reset, other envs may
@@ -77,7 +90,7 @@ class RolloutRunner:
             prompts = [self.codec.encode(obs[s]) for s in live]
             observe = getattr(self.codec, "observe", _obs_dict)
             seeds = [sample_seed * 1009 + turn * 100_003 + s for s in live]
-            outs = self.generator.generate(prompts, seeds)
+            outs = self._timed("generate_s", self.generator.generate, prompts, seeds)
             to_step, actions = [], []
             for s, prompt, out in zip(live, prompts, outs):
                 ep = episodes[s]
@@ -92,7 +105,7 @@ class RolloutRunner:
                 else:
                     to_step.append(s)
                     actions.append(action)
-            new_obs = self.fleet.step(to_step, actions) if to_step else []
+            new_obs = self._timed("env_s", self.fleet.step, to_step, actions) if to_step else []
             live = []
             for s, o in zip(to_step, new_obs):
                 obs[s] = o

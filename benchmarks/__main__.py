@@ -1,0 +1,158 @@
+"""Every benchmark in one run: `python -m benchmarks` (or `make bench`).
+
+Runs each benchmark as its own process (its own Ray cluster, the whole machine to itself), in
+the order below, with a time limit each, then writes benchmarks/results/latest.json (every
+figure, the command that measured it, its seconds and exit status) and
+benchmarks/results/latest.md (one table per benchmark, each under its command, and the checks
+against the targets). The README's "Benchmarks against the peers" section shows that table.
+
+    python -m benchmarks [--only rollout,trl] [--quick]
+
+`--quick` runs every benchmark on a small setting (a few minutes in all): a test that the suite
+works, not a measurement; its results go to benchmarks/results/quick/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    title: str
+    module: str
+    args: list[str]
+    quick_args: list[str]
+    limit_s: int
+    """The benchmark is stopped (and reported as such) after this many seconds."""
+
+    def command(self, quick: bool) -> list[str]:
+        return ["python", "-m", f"benchmarks.{self.module}", *(self.quick_args if quick else self.args)]
+
+
+SUITE = [
+    Bench("rollout", "Rollout throughput: rlsvc's rollout worker (vLLM) vs Hugging Face generate", "rollout_throughput",
+          ["--batches", "1", "16", "256"], ["--batches", "1", "16", "--tokens", "8", "--repeats", "1"], 300),
+    Bench("weight_sync", "Weight sync per transport vs memcpy", "weight_sync",
+          ["--sizes", "10,100,500", "--transports", "shm,ray,broadcast,monarch"], ["--sizes", "10", "--transports", "shm,ray", "--repeats", "1"], 600),
+    Bench("anatomy", "Step anatomy and orchestration overhead, default config, sync and async", "step_anatomy",
+          ["--steps", "40"], ["--steps", "4", "--eval-episodes", "200"], 600),
+    Bench("trl", "rlsvc vs TRL GRPOTrainer on single-turn BlackJack", "vs_trl",
+          ["--steps", "60"], ["--steps", "3", "--prompts", "8", "--eval-episodes", "200"], 600),
+    Bench("scaling", "Scaling: env actors and rollout workers on a simulated multi-node cluster", "env_scaling",
+          ["--actors", "1", "2", "4", "8", "--rollout-workers", "1", "2"],
+          ["--actors", "1", "2", "--rollout-workers", "1", "--episodes", "64", "--repeats", "1"], 420),
+]
+
+# result file of each benchmark module
+RESULT_FILES = {"rollout_throughput": "rollout_throughput.json", "weight_sync": "weight_sync.json", "step_anatomy": "step_anatomy.json",
+                "vs_trl": "vs_trl.json", "env_scaling": "env_scaling.json"}
+
+
+def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
+    """(target, measured, met) for each of the suite's targets; met None when not measured."""
+    out: list[tuple[str, str, bool | None]] = []
+    rollout = results.get("rollout", {}).get("data")
+    at256 = next((r for r in rollout["rows"] if r["batch"] == 256), None) if rollout else None
+    out.append(("rollout tokens/s at batch 256 >= 3x HF generate", f"{at256['ratio']:.2f}x" if at256 else "not measured",
+                at256["ratio"] >= 3 if at256 else None))
+    trl = results.get("trl", {}).get("data")
+    out.append(("samples/s >= 2x TRL GRPOTrainer", f"{trl['samples_per_s_ratio']:.2f}x" if trl else "not measured",
+                trl["samples_per_s_ratio"] >= 2 if trl else None))
+    anatomy = results.get("anatomy", {}).get("data")
+    sync = anatomy["rows"].get("sync") if anatomy else None
+    out.append(("orchestration overhead <= 10% of step time (default config, sync)", f"{sync['overhead']:.1%}" if sync else "not measured",
+                sync["overhead"] <= 0.10 if sync else None))
+    sync_rows = results.get("weight_sync", {}).get("data")
+    if sync_rows:
+        rows = [r for r in sync_rows.get("latest", sync_rows["rows"]) if round(r["params_m"]) >= 100]
+        best = min((max(r["ratio_to_memcpy"] for r in rows if round(r["params_m"]) == s) for s in {round(r["params_m"]) for r in rows}), default=None)
+        out.append(("best weight-sync transport >= 50% of memcpy (100M and 500M)", f"{best:.0%}" if best is not None else "not measured",
+                    best >= 0.5 if best is not None else None))
+    return out
+
+
+def machine() -> str:
+    return f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.machine()}, Python {platform.python_version()}"
+
+
+def markdown(results: dict[str, dict], quick: bool, started: str, total_s: float) -> str:
+    lines = [f"Measured {started} on {machine()}, in {total_s / 60:.1f} min"
+             + (" (`--quick`: a smoke run, not a measurement)" if quick else "") + ".\n",
+             "| target | measured | met |", "|---|---|---|"]
+    lines += [f"| {target} | {measured} | {'yes' if met else 'no' if met is not None else '-'} |" for target, measured, met in checks(results)]
+    for bench in SUITE:
+        r = results.get(bench.name)
+        if r is None:
+            continue
+        lines += ["", f"### {bench.title}", "", f"`{r['command']}` ({r['seconds']:.0f} s)", ""]
+        if r["status"] == "ok":
+            lines.append(importlib.import_module(f"benchmarks.{bench.module}").markdown(r["data"]))
+        else:
+            lines.append(f"**{r['status']}** (log: `{r['log']}`)")
+    return "\n".join(lines) + "\n"
+
+
+def run(bench: Bench, quick: bool, out: Path) -> dict:
+    cmd = bench.command(quick)
+    log = out / "logs" / f"{bench.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[{bench.name}] $ {shlex.join(cmd)}", flush=True)
+    env = dict(os.environ, RLSVC_BENCH_RESULTS=str(out))
+    t0 = time.perf_counter()
+    with log.open("w") as f:
+        try:
+            rc = subprocess.run([sys.executable, *cmd[1:]], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=bench.limit_s).returncode
+            status = "ok" if rc == 0 else f"failed (exit {rc})"
+        except subprocess.TimeoutExpired:
+            status = f"stopped after its {bench.limit_s} s limit"
+    seconds = time.perf_counter() - t0
+    result = {"command": shlex.join(cmd), "seconds": seconds, "status": status, "log": str(log.relative_to(ROOT))}
+    if status == "ok":
+        result["data"] = json.loads((out / RESULT_FILES[bench.module]).read_text())
+    print(f"[{bench.name}] {status} in {seconds:.0f} s", flush=True)
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="", help="comma-separated benchmark names: " + ",".join(b.name for b in SUITE))
+    ap.add_argument("--quick", action="store_true", help="small settings: checks the suite runs, measures nothing")
+    args = ap.parse_args()
+    names = [n for n in args.only.split(",") if n] or [b.name for b in SUITE]
+    unknown = sorted(set(names) - {b.name for b in SUITE})
+    if unknown:
+        ap.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(b.name for b in SUITE)}")
+    out = RESULTS / "quick" if args.quick else RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    t0 = time.perf_counter()
+    results = {b.name: run(b, args.quick, out) for b in SUITE if b.name in names}
+    total_s = time.perf_counter() - t0
+    (out / "latest.json").write_text(json.dumps({"started": started, "machine": machine(), "quick": args.quick, "total_s": total_s,
+                                                 "checks": checks(results), "benchmarks": results}, indent=2))
+    text = markdown(results, args.quick, started, total_s)
+    (out / "latest.md").write_text(text)
+    print(text)
+    return 0 if all(r["status"] == "ok" for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+"""Running real training jobs (`python -m rlsvc.train`) from a benchmark and reading back what
+they logged: `result.json` and the per-step metrics in their MLflow run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_job(name: str, overrides: list[str], out: Path, config: str | None = None) -> dict:
+    """One job to completion in its own process, output in `out`; returns its result.json."""
+    cmd = [sys.executable, "-m", "rlsvc.train", *(["--config", config] if config else []), f"run.name={name}",
+           f"run.output_dir={out}", f"tracking.tracking_uri=sqlite:///{out}/mlflow.db", *overrides]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    (result,) = out.glob(f"{name}-*/result.json")
+    return json.loads(result.read_text())
+
+
+def metric_sums(result: dict, keys: list[str]) -> dict[str, float]:
+    """The sum over all steps of each metric of the job's MLflow run (0 for one never logged)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=result["tracking_uri"])
+    return {k: sum(m.value for m in client.get_metric_history(result["mlflow_run_id"], k)) for k in keys}

@@ -1,0 +1,235 @@
+"""rlsvc against TRL's `GRPOTrainer` on a task both can run: single-turn BlackJack. The policy
+makes the first decision of a hand (HIT or STAND, one token); stick-at-17 plays the rest; the
+return of the hand is the reward (an unparsable answer scores `env.invalid_action_penalty`, -1).
+
+Both sides train the same tiny model from the same weights: rlsvc's default TorchTitan Llama
+after its format warm start (taken from the rlsvc run's checkpoint and saved as the Hugging Face
+folder TRL loads), with the same GRPO settings: groups of 8 completions of one prompt, 64
+prompts (512 completions) per step, 1 generated token at temperature 1, AdamW lr 1e-3 with a
+constant schedule, grad-norm clip 1, clip epsilon 0.2, k3 KL to the start policy with weight
+0.2, group-std-normalised advantages, token-mean loss, one optimiser step per batch.
+
+- rlsvc: `python -m rlsvc.train env.then_stick_at=17 env.num_actors=2 ...` (the OpenEnv
+  BlackJack server finishes each hand; vLLM rollout worker, TorchTitan trainer, reference,
+  reward and buffer actors), synchronous and asynchronous (`max_staleness=1`).
+- TRL: `GRPOTrainer` with its default generation path (`transformers` `generate`; TRL's vLLM
+  path needs CUDA), `use_cpu=True`; its reward function is `first_decision_return`, the code
+  the OpenEnv environment runs.
+
+Every `--eval-every` steps both sides score their greedy policy with the same function
+(`rlsvc.eval.evaluate(..., then_stick_at=17)`) on the same 5,000 validation deals; the time
+to target is the training time (validation excluded) until that score first reaches
+`--target` (by default what stick-at-17's first decision scores there: the policy has learnt
+when it decides as well as that rule). Samples/s: completions per second of training (start-up and validation
+excluded). The final greedy return is scored on 20,000 other deals. Each side has the whole
+machine in turn.
+
+    python -m benchmarks.vs_trl [--steps 60] [--target R]
+
+Results: a Markdown table on stdout and benchmarks/results/vs_trl.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import RESULTS_DIR
+from benchmarks.jobs import run_job
+
+RESULTS = RESULTS_DIR / "vs_trl.json"
+THEN_STICK_AT = 17
+VAL_SEED, FINAL_SEED = 999, 12345  # rlsvc's eval.val_seed and eval.seed
+RLSVC_MODES = {
+    "rlsvc (sync)": ["rollout.asynchronous=false", "buffer.max_staleness=0"],
+    "rlsvc (async, max_staleness=1)": ["rollout.asynchronous=true", "buffer.max_staleness=1"],
+}
+
+
+def time_to_target(times: list[float], values: list[float], target: float) -> float | None:
+    """The first time at which the validated return reaches `target`; None if it never does."""
+    return next((t for t, v in zip(times, values) if v >= target), None)
+
+
+def start_policy_folder(run_dir: Path, folder: Path) -> None:
+    """The rlsvc run's start policy (its reference: the weights after the format warm start) as
+    an HF folder with the run's tokenizer and config."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from rlsvc.models.hf_export import WEIGHTS_FILE
+
+    reference = sorted((run_dir / "checkpoints").glob("step_*/reference.safetensors"))[0]
+    shutil.copytree(run_dir / "checkpoint", folder)
+    save_file(load_file(str(reference)), str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
+
+
+def run_rlsvc(args: argparse.Namespace, out: Path, name: str, mode: list[str]) -> tuple[dict, Path]:
+    # two env actors: the env phase (OpenEnv round trips) then uses both cores (0.50 -> 0.24 s a step)
+    overrides = [f"env.then_stick_at={THEN_STICK_AT}", "env.num_actors=2", f"run.steps={args.steps}", "run.time_budget_minutes=600",
+                 f"eval.every_steps={args.eval_every}", f"eval.val_episodes={args.val_episodes}", f"eval.episodes={args.final_episodes}",
+                 "eval.keep_best=false", "run.checkpoint_every=0", f"grpo.group_size={args.group_size}", f"grpo.groups_per_step={args.prompts}", *mode]
+    result = run_job(name, overrides, out)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=result["tracking_uri"])
+
+    def series(key: str) -> dict[int, float]:
+        return {m.step: m.value for m in client.get_metric_history(result["mlflow_run_id"], key)}
+
+    since_start, validate_s, val = series("time/since_start_s"), series("time/validate_s"), series("eval/val_return")
+    # training time at step k: since start, less start-up and the validations before step k
+    # (`time/since_start_s` of step k is taken before step k's own validation)
+    clock = {k: t - result["startup_s"] - sum(v for j, v in validate_s.items() if j < k) for k, t in since_start.items()}
+    train_s = result["train_s"] - sum(validate_s.values())
+    return {"samples_per_s": result["steps"] * args.prompts * args.group_size / train_s, "train_s": train_s, "steps": result["steps"],
+            "val_steps": sorted(val), "val_times": [clock[k] for k in sorted(val)], "val_returns": [val[k] for k in sorted(val)],
+            "final_return": result["eval"]["mean_return"], "startup_s": result["startup_s"], "overrides": overrides}, Path(result["checkpoint"]).parent
+
+
+def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlsvc.config import load_config
+    from rlsvc.envs.blackjack import first_decision_return, format_prompt, parse_action, seeded_game
+    from rlsvc.eval import Policy, evaluate, load_policy
+    from rlsvc.models.tokenizer import load_tokenizer
+    from rlsvc.policy_io import BlackjackCodec
+
+    cfg = load_config(None, [])
+    torch.set_num_threads(2)  # the cores rlsvc's trainer reserves (trainer.num_cpus)
+    tokenizer = load_tokenizer(start)
+    codec = BlackjackCodec(tokenizer)
+    seeds = [50_000_000 + i for i in range(args.prompts * args.steps)]
+    # the prompt text whose token ids are exactly rlsvc's (BOS, then the words)
+    prompts = [f"{tokenizer.bos_token} {format_prompt(seeded_game(s).view())}" for s in seeds]
+    assert tokenizer(prompts[0])["input_ids"] == codec.encode(seeded_game(seeds[0]).view()), "TRL's prompt ids differ from rlsvc's"
+    penalty = cfg.env.invalid_action_penalty
+
+    def reward(prompts: list[str], completions: list[str], seed: list[int], **_: object) -> list[float]:
+        actions = [parse_action(text) for text in completions]
+        return [penalty if a is None else first_decision_return(s, a, THEN_STICK_AT) for a, s in zip(actions, seed)]
+
+    class Validation(TrainerCallback):
+        """rlsvc's validation, every `eval_every` steps; its time is kept off the clock."""
+
+        def __init__(self, model: object) -> None:
+            self.model, self.t0, self.paused = model, 0.0, 0.0
+            self.steps: list[int] = []
+            self.times: list[float] = []
+            self.returns: list[float] = []
+
+        def on_train_begin(self, *a: object, **k: object) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, _args: object, state: object, *a: object, **k: object) -> None:
+            if state.global_step % args.eval_every:
+                return
+            t = time.perf_counter()
+            self.steps.append(state.global_step)
+            self.times.append(t - self.t0 - self.paused)
+            score = evaluate(Policy(self.model, tokenizer), args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
+            self.returns.append(score)
+            self.paused += time.perf_counter() - t
+
+    config = GRPOConfig(
+        output_dir=str(out / "trl"), use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=cfg.run.seed,
+        max_steps=args.steps, per_device_train_batch_size=args.prompts * args.group_size, gradient_accumulation_steps=1,
+        num_generations=args.group_size, max_completion_length=1, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=cfg.trainer.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.trainer.weight_decay,
+        max_grad_norm=cfg.trainer.max_grad_norm, adam_beta1=0.9, adam_beta2=0.999, beta=cfg.grpo.kl_coef, epsilon=cfg.grpo.clip_eps,
+        num_iterations=1, scale_rewards="group", loss_type="dapo", mask_truncated_completions=False, disable_dropout=True,
+        dataloader_num_workers=0, bf16=False, fp16=False,
+    )
+    t_start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
+    validation = Validation(model)
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, processing_class=tokenizer,
+                          train_dataset=Dataset.from_dict({"prompt": prompts, "seed": seeds}), callbacks=[validation])
+    startup_s = time.perf_counter() - t_start
+    t0 = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - t0 - validation.paused
+    final = out / "trl-final"
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    final_return = evaluate(load_policy(final), args.final_episodes, FINAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
+    return {"samples_per_s": args.steps * args.prompts * args.group_size / train_s, "train_s": train_s, "steps": args.steps,
+            "val_steps": validation.steps, "val_times": validation.times, "val_returns": validation.returns,
+            "final_return": final_return, "startup_s": startup_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--prompts", type=int, default=64, help="prompts (groups) per step")
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--target", type=float, default=None,
+                    help="validated greedy return that counts as learned (default: what stick-at-17 scores on the validation deals)")
+    ap.add_argument("--eval-every", type=int, default=5, help="steps between validations")
+    ap.add_argument("--val-episodes", type=int, default=5000)
+    ap.add_argument("--final-episodes", type=int, default=20_000)
+    args = ap.parse_args()
+    from rlsvc.eval import TablePolicy, all_states, evaluate, load_policy
+
+    stick = TablePolicy({(v.player_sum, v.dealer_card, v.usable_ace): "hit" if v.player_sum < 17 else "stand" for v in all_states()})
+    stick_return = evaluate(stick, args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
+    if args.target is None:
+        args.target = stick_return
+    rows: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="rlsvc-vs-trl-") as tmp:
+        out = Path(tmp)
+        for i, (name, mode) in enumerate(RLSVC_MODES.items()):
+            rows[name], run_dir = run_rlsvc(args, out, f"vs-trl-rlsvc-{i}", mode)
+        start_policy_folder(run_dir, out / "start")
+        start_return = evaluate(load_policy(out / "start"), args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
+        trl = rows["TRL GRPOTrainer"] = run_trl(args, out / "start", out)
+    for row in rows.values():
+        row["time_to_target_s"] = time_to_target(row["val_times"], row["val_returns"], args.target)
+    ours = [rows[name] for name in RLSVC_MODES]
+    fastest = max(ours, key=lambda r: r["samples_per_s"])
+    reached = [r["time_to_target_s"] for r in ours if r["time_to_target_s"] is not None]
+    summary = {"samples_per_s_ratio": fastest["samples_per_s"] / trl["samples_per_s"], "start_val_return": start_return,
+               "stick_at_17_val_return": stick_return,
+               "time_to_target_ratio": trl["time_to_target_s"] / min(reached) if reached and trl["time_to_target_s"] else None}
+    data = {"args": vars(args), "rows": rows, **summary}
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=2))
+    print(markdown(data))
+
+
+def markdown(data: dict) -> str:
+    args, rows = data["args"], data["rows"]
+
+    def fmt(t: float | None) -> str:
+        return "not reached" if t is None else f"{t:.0f} s"
+
+    lines = [f"single-turn BlackJack (first decision, then stick-at-{THEN_STICK_AT}), {args['prompts']} prompts x {args['group_size']} "
+             f"completions per step, {args['steps']} steps each. Validated return ({args['val_episodes']} deals): start policy "
+             f"{data['start_val_return']:+.3f}, stick-at-17's first decision {data['stick_at_17_val_return']:+.3f}\n",
+             f"| framework | samples/s | training time to validated return >= {args['target']:+.2f} | validated return at the end | "
+             f"final greedy return ({args['final_episodes']} deals) |", "|---|---|---|---|---|"]
+    for name, r in rows.items():
+        last = f"{r['val_returns'][-1]:+.3f}" if r["val_returns"] else "-"
+        lines.append(f"| {name} | {r['samples_per_s']:.0f} | {fmt(r['time_to_target_s'])} | {last} | {r['final_return']:+.4f} |")
+    names = list(rows)
+    lines += ["", "validated greedy return (training seconds) after each validation:", "",
+              "| step | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for i, step in enumerate(rows[names[0]].get("val_steps", [])):
+        cells = [f"{r['val_returns'][i]:+.3f} ({r['val_times'][i]:.0f} s)" if i < len(r.get("val_returns", [])) else "-" for r in rows.values()]
+        lines.append(f"| {step} | " + " | ".join(cells) + " |")
+    ratio = data["time_to_target_ratio"]
+    lines.append(f"\nfaster rlsvc mode / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x**; time to target, TRL / faster rlsvc mode: "
+                 + (f"**{ratio:.2f}x**" if ratio else "n/a"))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The benchmark suite's own logic: the shared single-turn task, time to target, the targets'
+checks and every benchmark's Markdown rendering of its JSON (the measurements themselves run in
+`python -m benchmarks`, never as timed assertions here)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from benchmarks.__main__ import RESULT_FILES, SUITE, checks, markdown
+from benchmarks.vs_trl import time_to_target
+from rlsvc.config import ConfigError, load_config
+from rlsvc.envs.blackjack import first_decision_return, seeded_game, stick_at
+
+
+def test_single_turn_env_plays_the_shared_task() -> None:
+    """The OpenEnv environment with then_stick_at ends every hand after the policy's first
+    decision, with the return TRL's reward function computes for the same deal and action."""
+    from rlsvc.envs.blackjack import BlackjackAction, BlackjackEnvironment
+
+    env_cls = BlackjackEnvironment.single_turn(17)
+    assert env_cls.SUPPORTS_CONCURRENT_SESSIONS and BlackjackEnvironment.THEN_STICK_AT is None
+    returns = set()
+    for seed in range(100):
+        for action in ("hit", "stand"):
+            env = env_cls()
+            env.reset(seed=seed)
+            obs = env.step(BlackjackAction(action=action))
+            assert obs.done, "a single-turn hand ends after the first decision"
+            assert obs.reward == first_decision_return(seed, action, 17)
+            returns.add(obs.reward)
+    assert returns == {-1.0, 0.0, 1.0}
+
+
+def test_first_decision_return_is_stick_at_after_the_first_move() -> None:
+    for seed in range(200):
+        game = seeded_game(seed)
+        first = stick_at(17)(game.view())
+        # when the first move is stick-at-17's own, the task is plain stick-at-17
+        game.step(first)
+        while not game.done:
+            game.step(stick_at(17)(game.view()))
+        assert first_decision_return(seed, first, 17) == game.reward
+
+
+def test_then_stick_at_is_blackjack_only() -> None:
+    assert load_config(None, ["env.then_stick_at=17"]).env.then_stick_at == 17
+    with pytest.raises(ConfigError, match="then_stick_at"):
+        load_config("configs/code_tiny.yaml", ["env.then_stick_at=17"])
+    with pytest.raises(ConfigError, match="then_stick_at"):
+        load_config(None, ["env.then_stick_at=30"])
+
+
+def test_time_to_target_is_the_first_validation_at_target() -> None:
+    times = [10.0, 20.0, 30.0, 40.0]
+    assert time_to_target(times, [-0.2, -0.1, -0.079, -0.09], -0.08) == 30.0
+    assert time_to_target(times, [-0.2] * 4, -0.08) is None
+    assert time_to_target([], [], -0.08) is None
+
+
+SAMPLE = {
+    "rollout": {"args": {"tokens": 64, "repeats": 3}, "threads": 2, "model_params": 400_000,
+                "rows": [{"batch": 1, "vllm_tokens_per_s": 200.0, "hf_tokens_per_s": 400.0, "ratio": 0.5},
+                         {"batch": 256, "vllm_tokens_per_s": 8000.0, "hf_tokens_per_s": 4000.0, "ratio": 2.0}]},
+    "weight_sync": {"workers": 1, "threads": 2, "rows": [], "latest": [
+        {"params_m": 107.0, "transport": t, "bytes": 4.3e8, "memcpy_s": 0.04, "sync/gather_s": 0.0, "sync/transfer_s": 0.05,
+         "sync/load_s": 0.0, "sync/total_s": 0.07, "gb_per_s": 6.0, "ratio_to_memcpy": r} for t, r in (("shm", 0.58), ("ray", 0.13))]},
+    "anatomy": {"args": {"steps": 40}, "rows": {
+        "sync": {"s_per_step": 2.0, "share": {"generate": 0.4, "env": 0.3, "train": 0.2}, "overhead": 0.035},
+        "async (max_staleness=1)": {"s_per_step": 1.5, "share": {"trainer_wait": 0.5, "train": 0.3}, "overhead": 0.05,
+                                    "rollout_thread_share": {"generate": 0.6, "env": 0.3}}}},
+    "trl": {"args": {"target": -0.08, "val_episodes": 5000, "prompts": 64, "group_size": 8, "steps": 60, "final_episodes": 20000}, "samples_per_s_ratio": 1.5,
+            "start_val_return": -0.2, "stick_at_17_val_return": -0.08, "time_to_target_ratio": None,
+            "rows": {"rlsvc (sync)": {"samples_per_s": 300.0, "time_to_target_s": 40.0, "val_steps": [5, 10], "val_times": [20.0, 40.0],
+                                      "val_returns": [-0.1, -0.07], "final_return": -0.07},
+                     "TRL GRPOTrainer": {"samples_per_s": 200.0, "time_to_target_s": None, "val_steps": [], "val_times": [], "val_returns": [],
+                                         "final_return": -0.1}}},
+    "scaling": {"args": {"episodes": 512, "latency_ms": 50, "sessions": 32, "repeats": 3}, "rows": [
+        {"env_actors": k, "rollout_workers": r, "concurrent_episodes": 32 * k, "nodes": k + r, "episodes_per_s": 100.0 * k,
+         "speedup_vs_first": float(k)} for k, r in ((1, 1), (2, 1), (2, 2))]},
+}
+
+
+def test_checks_compare_against_the_targets() -> None:
+    results = {name: {"data": data} for name, data in SAMPLE.items()}
+    met = {target: (measured, ok) for target, measured, ok in checks(results)}
+    assert met["rollout tokens/s at batch 256 >= 3x HF generate"] == ("2.00x", False)
+    assert met["samples/s >= 2x TRL GRPOTrainer"] == ("1.50x", False)
+    assert met["orchestration overhead <= 10% of step time (default config, sync)"] == ("3.5%", True)
+    assert met["best weight-sync transport >= 50% of memcpy (100M and 500M)"] == ("58%", True)
+    assert all(ok is None for _, _, ok in checks({})), "nothing measured: nothing met or missed"
+
+
+def test_every_benchmark_renders_its_results() -> None:
+    assert {b.module for b in SUITE} == set(RESULT_FILES)
+    results = {}
+    for bench in SUITE:
+        importlib.import_module(f"benchmarks.{bench.module}")  # importable without side effects
+        results[bench.name] = {"command": " ".join(bench.command(False)), "seconds": 1.0, "status": "ok", "data": SAMPLE[bench.name]}
+    results["scaling"] = {"command": "x", "seconds": 420.0, "status": "stopped after its 420 s limit", "log": "benchmarks/results/logs/scaling.log"}
+    text = markdown(results, quick=False, started="2026-01-01 00:00 UTC", total_s=600.0)
+    assert "| rollout tokens/s at batch 256 >= 3x HF generate | 2.00x | no |" in text
+    assert "`python -m benchmarks.rollout_throughput --batches 1 16 256`" in text
+    assert "| 256 | 8000 | 4000 | 2.00x |" in text
+    assert "| rlsvc (sync) | 300 | 40 s | -0.070 | -0.0700 |" in text and "| TRL GRPOTrainer | 200 | not reached | - | -0.1000 |" in text
+    assert "| 10 | -0.070 (40 s) | - |" in text
+    assert "**stopped after its 420 s limit**" in text
+    assert "(58% beside)" not in text and "(60% beside)" in text
