@@ -22,7 +22,7 @@ run: install
 	$(BIN)/python -m rlsvc.train $(ARGS)
 
 test: install
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=25
 
 test-fast: install
 	$(BIN)/python -m pytest tests -m "not integration and not e2e"

@@ -55,7 +55,7 @@ SUITE = [
     Bench("anatomy", "Step anatomy and orchestration overhead, default config, sync and async", "step_anatomy",
           ["--steps", "40"], ["--steps", "4", "--eval-episodes", "200"], 600),
     Bench("trl", "rlsvc vs TRL GRPOTrainer on single-turn BlackJack", "vs_trl",
-          ["--steps", "60"], ["--steps", "3", "--prompts", "8", "--eval-episodes", "200"], 600),
+          ["--steps", "60"], ["--steps", "4", "--prompts", "8", "--eval-every", "2", "--val-episodes", "500", "--final-episodes", "500"], 600),
     Bench("scaling", "Scaling: env actors and rollout workers on a simulated multi-node cluster", "env_scaling",
           ["--actors", "1", "2", "4", "8", "--rollout-workers", "1", "2"],
           ["--actors", "1", "2", "--rollout-workers", "1", "--episodes", "64", "--repeats", "1"], 420),
@@ -93,8 +93,8 @@ def machine() -> str:
     return f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.machine()}, Python {platform.python_version()}"
 
 
-def markdown(results: dict[str, dict], quick: bool, started: str, total_s: float) -> str:
-    lines = [f"Measured {started} on {machine()}, in {total_s / 60:.1f} min"
+def markdown(results: dict[str, dict], quick: bool, started: str, total_s: float, on: str | None = None) -> str:
+    lines = [f"Measured {started} on {on or machine()}, in {total_s / 60:.1f} min"
              + (" (`--quick`: a smoke run, not a measurement)" if quick else "") + ".\n",
              "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {target} | {measured} | {'yes' if met else 'no' if met is not None else '-'} |" for target, measured, met in checks(results)]
@@ -135,7 +135,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="", help="comma-separated benchmark names: " + ",".join(b.name for b in SUITE))
     ap.add_argument("--quick", action="store_true", help="small settings: checks the suite runs, measures nothing")
+    ap.add_argument("--render", action="store_true", help="measure nothing: write latest.md again from latest.json")
     args = ap.parse_args()
+    if args.render:
+        saved = json.loads(((RESULTS / "quick" if args.quick else RESULTS) / "latest.json").read_text())
+        text = markdown(saved["benchmarks"], saved["quick"], saved["started"], saved["total_s"], saved["machine"])
+        ((RESULTS / "quick" if args.quick else RESULTS) / "latest.md").write_text(text)
+        print(text)
+        return 0
     names = [n for n in args.only.split(",") if n] or [b.name for b in SUITE]
     unknown = sorted(set(names) - {b.name for b in SUITE})
     if unknown:

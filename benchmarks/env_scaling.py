@@ -29,7 +29,7 @@ from benchmarks import RESULTS_DIR
 RESULTS = RESULTS_DIR
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--actors", type=int, nargs="+", default=[1, 2, 4, 8], help="env actor counts K to measure")
     ap.add_argument("--sessions", type=int, default=32, help="M: concurrent sessions per env actor")
@@ -38,7 +38,11 @@ def main() -> None:
     ap.add_argument("--latency-ms", type=float, default=50.0, help="simulated round trip added to every env step")
     ap.add_argument("--rollout-workers", type=int, nargs="+", default=[1, 2], help="rollout worker counts R (measured at the largest K)")
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
 
     import ray
     from ray.cluster_utils import Cluster

@@ -72,9 +72,9 @@ def hf_generate(model, pad_id: int, prompts: list[list[int]], tokens: int) -> No
     assert out.shape[1] - width == tokens, "HF completions of the wrong length"
 
 
-def timed(fn, repeats: int, warmup: int = 2) -> tuple[float, list[float]]:
-    # warm-up: the first calls of a shape allocate (vLLM's KV cache pages are touched for the
-    # first time; measured: 2.9k, 5.0k, 5.7k, 7.4k tok/s on four calls in a row at batch 256)
+def timed(fn, repeats: int, warmup: int) -> tuple[float, list[float]]:
+    # warm-up: the first calls of a shape are slow (allocations, kernel selection; measured in
+    # the rollout actor: 2.9k, 5.0k, 5.7k, 7.4k tok/s on four calls in a row at batch 256)
     for _ in range(warmup):
         fn()
     runs = []
@@ -85,12 +85,17 @@ def timed(fn, repeats: int, warmup: int = 2) -> tuple[float, list[float]]:
     return statistics.median(runs), runs
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 256])
     ap.add_argument("--tokens", type=int, default=64, help="generated tokens per completion (exactly)")
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    ap.add_argument("--warmup", type=int, default=2, help="untimed calls per batch size and side first")
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
 
     import ray
     import torch
@@ -117,8 +122,8 @@ def main() -> None:
             for batch in args.batches:
                 prompts = prompts_for(tokenizer, batch, prompt_len)
                 tokens = batch * args.tokens
-                v_s, v_runs = timed(lambda p=prompts: vllm_generate(worker, p, args.tokens), args.repeats)
-                h_s, h_runs = timed(lambda p=prompts: hf_generate(hf, tokenizer.pad_token_id, p, args.tokens), args.repeats)
+                v_s, v_runs = timed(lambda p=prompts: vllm_generate(worker, p, args.tokens), args.repeats, args.warmup)
+                h_s, h_runs = timed(lambda p=prompts: hf_generate(hf, tokenizer.pad_token_id, p, args.tokens), args.repeats, args.warmup)
                 row = {"batch": batch, "tokens": tokens, "vllm_s": v_s, "hf_s": h_s, "vllm_tokens_per_s": tokens / v_s,
                        "hf_tokens_per_s": tokens / h_s, "ratio": h_s / v_s, "vllm_runs": v_runs, "hf_runs": h_runs}
                 rows.append(row)

@@ -78,12 +78,16 @@ def markdown(data: dict) -> str:
     return head + "\n" + "\n".join(lines)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--eval-episodes", type=int, default=2000, help="the final evaluation's deals (after training, not timed here)")
     ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides for both runs")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     common = [f"run.steps={args.steps}", "run.time_budget_minutes=600", f"eval.episodes={args.eval_episodes}", *args.extra]
     rows = {}
     with tempfile.TemporaryDirectory(prefix="rlsvc-anatomy-") as tmp:

@@ -166,7 +166,7 @@ def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
             "final_return": final_return, "startup_s": startup_s}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--prompts", type=int, default=64, help="prompts (groups) per step")
@@ -176,7 +176,11 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=5, help="steps between validations")
     ap.add_argument("--val-episodes", type=int, default=5000)
     ap.add_argument("--final-episodes", type=int, default=20_000)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     from rlsvc.eval import TablePolicy, all_states, evaluate, load_policy
 
     stick = TablePolicy({(v.player_sum, v.dealer_card, v.usable_ace): "hit" if v.player_sum < 17 else "stand" for v in all_states()})
@@ -225,9 +229,14 @@ def markdown(data: dict) -> str:
     for i, step in enumerate(rows[names[0]].get("val_steps", [])):
         cells = [f"{r['val_returns'][i]:+.3f} ({r['val_times'][i]:.0f} s)" if i < len(r.get("val_returns", [])) else "-" for r in rows.values()]
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
-    ratio = data["time_to_target_ratio"]
-    lines.append(f"\nfaster rlsvc mode / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x**; time to target, TRL / faster rlsvc mode: "
-                 + (f"**{ratio:.2f}x**" if ratio else "n/a"))
+    ratio, trl = data["time_to_target_ratio"], rows.get("TRL GRPOTrainer", {})
+    if ratio:
+        reach = f"time to target, TRL / faster rlsvc mode: **{ratio:.2f}x**"
+    elif trl and trl.get("time_to_target_s") is None:
+        reach = f"TRL did not reach the target in its {args['steps']} steps ({trl['val_times'][-1]:.0f} s of training)" if trl.get("val_times") else "TRL did not reach the target"
+    else:
+        reach = "no rlsvc mode reached the target"
+    lines.append(f"\nfaster rlsvc mode / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x**; {reach}")
     return "\n".join(lines)
 
 

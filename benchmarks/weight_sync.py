@@ -121,14 +121,18 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10,100,500", help="model sizes in millions of parameters")
     ap.add_argument("--transports", default="shm,ray,broadcast,monarch")
     ap.add_argument("--workers", type=int, default=1, help="rollout engines to update")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2, help="torch threads per actor (the default job's num_cpus)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
     rows: list[dict] = []
     version = [0]
