@@ -82,7 +82,9 @@ def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
                 sync["overhead"] <= 0.10 if sync else None))
     sync_rows = results.get("weight_sync", {}).get("data")
     if sync_rows:
-        rows = [r for r in sync_rows.get("latest", sync_rows["rows"]) if round(r["params_m"]) >= 100]
+        from benchmarks.weight_sync import latest_rows
+
+        rows = [r for r in latest_rows(sync_rows) if round(r["params_m"]) >= 100]
         best = min((max(r["ratio_to_memcpy"] for r in rows if round(r["params_m"]) == s) for s in {round(r["params_m"]) for r in rows}), default=None)
         out.append(("best weight-sync transport >= 50% of memcpy (100M and 500M)", f"{best:.0%}" if best is not None else "not measured",
                     best >= 0.5 if best is not None else None))

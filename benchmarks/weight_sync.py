@@ -146,13 +146,19 @@ def main() -> None:
     kept = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
     fresh = {(round(r["params_m"]), r["transport"]) for r in rows}
     merged = sorted([r for r in kept if (round(r["params_m"]), r["transport"]) not in fresh] + rows, key=lambda r: (r["params_m"], r["transport"]))
-    # "latest": this run's rows only (benchmarks/__main__.py shows those)
-    RESULTS.write_text(json.dumps({"rows": merged, "latest": rows, "cpus": os.cpu_count(), "workers": args.workers, "threads": args.threads}, indent=2))
+    # "latest": which rows this run measured (benchmarks/__main__.py shows only those)
+    RESULTS.write_text(json.dumps({"rows": merged, "latest": [[round(r["params_m"]), r["transport"]] for r in rows], "cpus": os.cpu_count(), "workers": args.workers, "threads": args.threads}, indent=2))
     print(table(rows))
 
 
+def latest_rows(data: dict) -> list[dict]:
+    """The rows of weight_sync.json that its last run measured (all of them in an older file)."""
+    by_key = {(round(r["params_m"]), r["transport"]): r for r in data["rows"]}
+    return [by_key[tuple(k)] for k in data["latest"]] if data.get("latest") else data["rows"]  # in the order measured
+
+
 def markdown(data: dict) -> str:
-    rows = data.get("latest", data["rows"])
+    rows = latest_rows(data)
     best = {}
     for r in rows:
         size = round(r["params_m"])

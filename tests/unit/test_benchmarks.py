@@ -63,9 +63,9 @@ SAMPLE = {
     "rollout": {"args": {"tokens": 64, "repeats": 3}, "threads": 2, "model_params": 400_000,
                 "rows": [{"batch": 1, "vllm_tokens_per_s": 200.0, "hf_tokens_per_s": 400.0, "ratio": 0.5},
                          {"batch": 256, "vllm_tokens_per_s": 8000.0, "hf_tokens_per_s": 4000.0, "ratio": 2.0}]},
-    "weight_sync": {"workers": 1, "threads": 2, "rows": [], "latest": [
+    "weight_sync": {"workers": 1, "threads": 2, "latest": [[107, "ray"], [107, "shm"]], "rows": [
         {"params_m": 107.0, "transport": t, "bytes": 4.3e8, "memcpy_s": 0.04, "sync/gather_s": 0.0, "sync/transfer_s": 0.05,
-         "sync/load_s": 0.0, "sync/total_s": 0.07, "gb_per_s": 6.0, "ratio_to_memcpy": r} for t, r in (("shm", 0.58), ("ray", 0.13))]},
+         "sync/load_s": 0.0, "sync/total_s": 0.07, "gb_per_s": 6.0, "ratio_to_memcpy": r} for t, r in (("shm", 0.58), ("ray", 0.13), ("torchstore", 0.9))]},
     "anatomy": {"args": {"steps": 40}, "rows": {
         "sync": {"s_per_step": 2.0, "share": {"generate": 0.4, "env": 0.3, "train": 0.2}, "overhead": 0.035},
         "async (max_staleness=1)": {"s_per_step": 1.5, "share": {"trainer_wait": 0.5, "train": 0.3}, "overhead": 0.05,
