@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,21 +116,25 @@ class TrainerWorker(_WeightSyncEndpoint):
         self.trainer = None
 
     def rendezvous_address(self) -> str:
-        ip = ray.util.get_node_ip_address()
-        with socket.socket() as s:
-            s.bind((ip, 0))
-            port = s.getsockname()[1]
-        return f"tcp://{ip}:{port}"
+        """Rank 0 only: start the group's store, listening now, and say where the others join."""
+        from rlsvc.cluster.rendezvous import host
 
-    def setup(self, model_cfg: dict, trainer_kwargs: dict, init_method: str | None, init_hf_state_dict: dict | None) -> bool:
+        self._store, address = host(self.world_size)
+        return address
+
+    def setup(self, model_cfg: dict, trainer_kwargs: dict, rendezvous: str | None, init_hf_state_dict: dict | None) -> bool:
+        from rlsvc.cluster.rendezvous import join
         from rlsvc.models.titan import ModelConfig
         from rlsvc.trainer.titan_trainer import TitanTrainer
 
+        store = None
+        if rendezvous is not None:
+            store = self._store if self.rank == 0 else join(rendezvous, self.world_size)
         self.trainer = TitanTrainer(
             ModelConfig(**model_cfg),
             rank=self.rank,
             world_size=self.world_size,
-            dist_init_method=init_method,
+            dist_store=store,
             init_hf_state_dict=init_hf_state_dict,
             **trainer_kwargs,
         )

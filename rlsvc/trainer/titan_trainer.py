@@ -129,6 +129,7 @@ class TitanTrainer(_PolicyBase):
         rank: int = 0,
         world_size: int = 1,
         dist_init_method: str | None = None,
+        dist_store: dist.Store | None = None,
         init_hf_state_dict: dict[str, torch.Tensor] | None = None,
         device: str = "auto",
         param_dtype: str = "auto",
@@ -140,7 +141,7 @@ class TitanTrainer(_PolicyBase):
         self.dtype = compute_dtype(param_dtype, self.device)
         self._owns_group = False
         if world_size > 1:
-            self._init_process_group(dist_init_method)
+            self._init_process_group(dist_init_method, dist_store)
         # Every rank builds the same full weights from the same seed, then keeps its shard.
         model = build_model(model_cfg, seed)
         if init_hf_state_dict is not None:
@@ -150,7 +151,7 @@ class TitanTrainer(_PolicyBase):
         self.model = apply_fsdp(model, self.device, world_size, self.dtype) if self.sharded else model
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
 
-    def _init_process_group(self, init_method: str | None) -> None:
+    def _init_process_group(self, init_method: str | None, store: dist.Store | None) -> None:
         if dist.is_initialized():
             if dist.get_world_size() != self.world_size:
                 raise RuntimeError(f"a process group of size {dist.get_world_size()} exists; trainer wants {self.world_size}")
@@ -158,7 +159,9 @@ class TitanTrainer(_PolicyBase):
         if self.device.type == "cuda" and self.device.index is not None:
             torch.cuda.set_device(self.device)
         backend = "nccl" if self.device.type == "cuda" else "gloo"
-        dist.init_process_group(backend, init_method=init_method, rank=self.rank, world_size=self.world_size)
+        # a store (already listening, see rlsvc/cluster/rendezvous.py) or an init_method URL
+        where = {"store": store} if store is not None else {"init_method": init_method}
+        dist.init_process_group(backend, rank=self.rank, world_size=self.world_size, **where)
         self._owns_group = True
 
     # ---- collectives over the data-parallel ranks -------------------------------------------

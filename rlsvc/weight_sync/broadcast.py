@@ -8,32 +8,35 @@ before copying bucket i into its engine. NCCL would replace gloo on GPUs.
 
 from __future__ import annotations
 
-import datetime
 import time
 from typing import Any
-from urllib.parse import urlparse
 
 import ray
 import torch
 import torch.distributed as dist
 
+from rlsvc.cluster.rendezvous import TIMEOUT, host, join
 from rlsvc.weight_sync.base import Staged, WeightSync
 from rlsvc.weight_sync.manifest import Manifest, views
 
-TIMEOUT = datetime.timedelta(minutes=5)
-
-
-def _group(address: str, rank: int, world: int) -> dist.ProcessGroupGloo:
-    url = urlparse(address)
-    store = dist.TCPStore(url.hostname, url.port, world, rank == 0, timeout=TIMEOUT, wait_for_workers=False)
-    return dist.ProcessGroupGloo(store, rank, world, TIMEOUT)
-
 
 class GlooSender:
-    def __init__(self, publisher: Any, address: str, world: int) -> None:
+    """Opened in two calls: the store listens first (its address goes to the receivers), then
+    `connect` joins the group beside the receivers' own joins (gloo waits for every rank)."""
+
+    def __init__(self, publisher: Any, world: int) -> None:
         self.publisher = publisher
-        self.pg = _group(address, 0, world)
+        self.world = world
+        self.store, self.address = host(world)
+        self.pg: dist.ProcessGroupGloo | None = None
         self.flat: torch.Tensor | None = None
+
+    def info(self) -> str:
+        return self.address
+
+    def connect(self) -> bool:
+        self.pg = dist.ProcessGroupGloo(self.store, 0, self.world, TIMEOUT)
+        return True
 
     def snapshot(self) -> float:
         """Copy the staged version into the flat buffer (the optimiser may step after this;
@@ -54,7 +57,7 @@ class GlooSender:
 class GlooReceiver:
     def __init__(self, engine: Any, address: str, rank: int, world: int) -> None:
         self.engine = engine
-        self.pg = _group(address, rank, world)
+        self.pg = dist.ProcessGroupGloo(join(address, world), rank, world, TIMEOUT)
         self.flat = torch.empty(0, dtype=torch.uint8)
 
     def receive(self, manifest: Manifest) -> dict[str, float | str]:
@@ -76,10 +79,10 @@ class GlooReceiver:
 class BroadcastSync(WeightSync):
     def __init__(self, trainers: list[Any], rollout_workers: list[Any], **kwargs: Any) -> None:
         super().__init__(trainers, rollout_workers, **kwargs)
-        address = ray.get(trainers[0].rendezvous_address.remote())
         world = 1 + len(rollout_workers)
+        address = ray.get(trainers[0].ws_open.remote("broadcast", world))
         ray.get(
-            [trainers[0].ws_open.remote("broadcast", address, world)]
+            [trainers[0].ws_call.remote("connect")]
             + [w.ws_open.remote("broadcast", address, i + 1, world) for i, w in enumerate(rollout_workers)]
         )
 
