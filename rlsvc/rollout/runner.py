@@ -8,7 +8,7 @@ It depends only on two small interfaces, so it runs the same over Ray actor hand
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -59,41 +59,40 @@ class RolloutRunner:
     last_timing: dict[str, float] = field(default_factory=dict)
 
     def collect(self, group_seeds: Sequence[tuple[int, int]], group_size: int, version: int, sample_seed: int) -> list[Episode]:
-        """Play `group_size` episodes from each (group_id, deal_seed); all of a group share the deal."""
+        """Play `group_size` episodes from each (group_id, deal_seed); all of a group share the deal.
+
+        Episodes stream through the fleet's slots: a slot whose episode ends starts the next one
+        before the next generate call, so every call carries as many live episodes as there are
+        slots, instead of waves that each wait for their longest hand (each env round trip, which
+        may be a remote sandbox's, is paid once per call, not once per wave's turn).
+
+        Results are in episode order; sampling seeds depend on (episode, turn) only, so the
+        schedule (how many slots, which slot) does not change them.
+        """
         jobs = [(gid, seed) for gid, seed in group_seeds for _ in range(group_size)]
-        episodes: list[Episode] = []
+        episodes = [Episode(group_id=gid, policy_version=version) for gid, _ in jobs]
         self._timing = {"generate_s": 0.0, "env_s": 0.0}
-        for start in range(0, len(jobs), self.fleet.num_slots):
-            wave = jobs[start : start + self.fleet.num_slots]
-            episodes += self._play_wave(wave, version, sample_seed + start)
+        self._play(jobs, episodes, sample_seed)
         self.last_timing = self._timing
         return episodes
 
-    def _timed(self, phase: str, fn: Callable[..., list[Any]], *args: Any) -> list[Any]:
-        t0 = time.perf_counter()
-        try:
-            return fn(*args)
-        finally:
-            self._timing[phase] += time.perf_counter() - t0
-
-    def _play_wave(self, wave: list[tuple[int, int]], version: int, sample_seed: int) -> list[Episode]:
-        episodes = [Episode(group_id=gid, policy_version=version) for gid, _ in wave]
-        slots = list(range(len(wave)))
-        obs = dict(zip(slots, self._timed("env_s", self.fleet.reset, slots, [seed for _, seed in wave])))
-        live = [s for s in slots if not obs[s].done]
-        for s in slots:
-            if obs[s].done:  # defensive: BlackJack never ends at reset, other envs may
-                self._finish(episodes[s], obs[s])
-        for turn in range(self.max_turns):
-            if not live:
-                break
+    def _play(self, jobs: list[tuple[int, int]], episodes: list[Episode], sample_seed: int) -> None:
+        waiting = iter(enumerate(jobs))
+        running: dict[int, int] = {}  # slot -> job
+        obs: dict[int, Any] = {}  # slot -> the observation its episode acts on next
+        observe = getattr(self.codec, "observe", _obs_dict)
+        free = list(range(min(self.fleet.num_slots, len(jobs))))
+        while True:
+            self._start(free, waiting, running, obs, episodes)
+            if not running:
+                return
+            live = sorted(running)
             prompts = [self.codec.encode(obs[s]) for s in live]
-            observe = getattr(self.codec, "observe", _obs_dict)
-            seeds = [sample_seed * 1009 + turn * 100_003 + s for s in live]
+            seeds = [sample_seed * 1009 + len(episodes[running[s]].prompts) * 100_003 + running[s] for s in live]
             outs = self._timed("generate_s", self.generator.generate, prompts, seeds)
-            to_step, actions = [], []
+            free, to_step, actions = [], [], []
             for s, prompt, out in zip(live, prompts, outs):
-                ep = episodes[s]
+                ep = episodes[running[s]]
                 ep.prompts.append(prompt)
                 ep.responses.append(list(out["token_ids"]))
                 ep.logprobs.append(list(out["logprobs"]))
@@ -102,20 +101,46 @@ class RolloutRunner:
                 action = self.codec.parse(out["text"])
                 if action is None:
                     ep.invalid, ep.outcome = True, "invalid"
+                    free.append(s)
                 else:
                     to_step.append(s)
                     actions.append(action)
             new_obs = self._timed("env_s", self.fleet.step, to_step, actions) if to_step else []
-            live = []
             for s, o in zip(to_step, new_obs):
-                obs[s] = o
+                ep = episodes[running[s]]
                 if o.done:
-                    self._finish(episodes[s], o)
+                    self._finish(ep, o)
+                elif len(ep.prompts) >= self.max_turns:
+                    ep.outcome = "truncated"
                 else:
-                    live.append(s)
-        for s in live:
-            episodes[s].outcome = "truncated"
-        return episodes
+                    obs[s] = o
+                    continue
+                free.append(s)
+            for s in free:
+                del running[s]
+
+    def _start(self, free: list[int], waiting: Iterator[tuple[int, tuple[int, int]]], running: dict[int, int],
+               obs: dict[int, Any], episodes: list[Episode]) -> None:
+        """Begin the next waiting episodes on the free slots (one reset call per round)."""
+        while free:
+            batch = list(zip(free, waiting))  # stops at whichever runs out first
+            if not batch:
+                return
+            results = self._timed("env_s", self.fleet.reset, [s for s, _ in batch], [seed for _, (_, (_, seed)) in batch])
+            free = []
+            for (s, (j, _)), o in zip(batch, results):
+                if o.done:  # defensive: BlackJack never ends at reset, other envs may
+                    self._finish(episodes[j], o)
+                    free.append(s)
+                else:
+                    running[s], obs[s] = j, o
+
+    def _timed(self, phase: str, fn: Callable[..., list[Any]], *args: Any) -> list[Any]:
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self._timing[phase] += time.perf_counter() - t0
 
     @staticmethod
     def _finish(ep: Episode, obs: Any) -> None:

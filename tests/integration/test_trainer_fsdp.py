@@ -7,7 +7,6 @@ importable from the tests folder and every process is stopped by its PID.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -69,14 +68,8 @@ def _worker(rank: int, init_method: str, out_path: str) -> None:
     torch.save(result, out_path)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_ranks(tmp_path: Path) -> list[dict]:
-    init_method = f"tcp://127.0.0.1:{_free_port()}"
+    init_method = f"file://{tmp_path / 'rendezvous'}"  # a file store: no port another process could take first
     env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     outs = [tmp_path / f"rank{r}.pt" for r in range(WORLD_SIZE)]
     procs = [

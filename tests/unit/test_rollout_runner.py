@@ -74,3 +74,38 @@ def test_runner_truncates_at_max_turns():
     eps = runner.collect([(0, 4), (1, 5)], group_size=2, version=0, sample_seed=0)
     assert {e.outcome for e in eps} <= {"truncated", "loss"}
     assert all(len(e.prompts) == 1 for e in eps)
+
+
+class SeededRandom(Scripted):
+    """Answers HIT/STAND at random from the request's seed, and records each call's batch size."""
+
+    def __init__(self, codec: BlackjackCodec) -> None:
+        super().__init__(codec)
+        self.batch_sizes: list[int] = []
+
+    def generate(self, prompts, seeds):
+        import random
+
+        self.batch_sizes.append(len(prompts))
+        texts = ["HIT" if random.Random(s).random() < 0.6 else "STAND" for s in seeds]
+        return [{"token_ids": [self.tok.convert_tokens_to_ids(t)], "logprobs": [-0.7], "text": t} for t in texts]
+
+
+def _played(num_slots: int) -> tuple[list, list[int]]:
+    codec = BlackjackCodec(build_tokenizer())
+    gen = SeededRandom(codec)
+    runner = RolloutRunner(gen, RulesFleet(num_slots), PromptCodec(codec.encode, codec.parse), max_turns=12)
+    eps = runner.collect([(g, 7000 + g) for g in range(16)], group_size=4, version=0, sample_seed=3)
+    return [(e.group_id, e.texts, e.env_return, e.outcome) for e in eps], gen.batch_sizes
+
+
+def test_ended_episodes_free_their_slot_for_the_next_one():
+    """64 episodes over 10 slots: every generate call is full while episodes wait to start, and
+    the episodes (seeded per job and turn) are the same whatever the number of slots."""
+    few, sizes = _played(10)
+    many, _ = _played(64)
+    assert few == many
+    decisions = sum(len(texts) for _, texts, _, _ in few)
+    assert decisions == 97 and sizes == [10] * 9 + [5, 2]  # full until the queue is empty
+    # (waves of 10 slots would make 7 waves of up to 4 turns each, every turn a call)
+
