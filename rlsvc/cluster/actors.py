@@ -114,6 +114,7 @@ class TrainerWorker(_WeightSyncEndpoint):
         _use_reserved_cores()
         self.rank, self.world_size = rank, world_size
         self.trainer = None
+        self._store = None  # rank 0's rendezvous store (rendezvous_address), kept for the group's life
 
     def rendezvous_address(self) -> str:
         """Rank 0 only: start the group's store, listening now, and say where the others join."""
