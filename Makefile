@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install run test test-fast lint bench bench-sync bench-env bench-sandbox clean
+.PHONY: install crds run test test-fast lint bench bench-sync bench-env bench-sandbox clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,10 +18,15 @@ $(VENV)/.installed: pyproject.toml
 
 install: $(VENV)/.installed
 
+# KubeRay v1.7.0's CRDs for the deployment tests, pinned by sha256 (scripts/kuberay_crds.py):
+# downloaded into .cache/kuberay-crds/, or checked where RLSVC_KUBERAY_CRDS points
+crds: install
+	$(BIN)/python scripts/kuberay_crds.py
+
 run: install
 	$(BIN)/python -m rlsvc.train $(ARGS)
 
-test: install
+test: install crds
 	$(BIN)/python -m pytest tests --durations=25
 
 test-fast: install

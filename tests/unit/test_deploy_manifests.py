@@ -1,11 +1,13 @@
-"""The deployment files hold up: every KubeRay manifest validates against KubeRay's CRD schemas
-(../shared/kuberay-crds/) and every core object against Kubernetes' own schemas; ray_cluster.yaml
+"""The deployment files hold up: every KubeRay manifest validates against KubeRay v1.7.0's CRD
+schemas (fetched by `make crds`, scripts/kuberay_crds.py, or the folder RLSVC_KUBERAY_CRDS names)
+and every core object against Kubernetes' own schemas; ray_cluster.yaml
 against the schema Ray ships; and the node groups they deploy advertise exactly what rlsvc's
 placement plan (rlsvc/cluster/placement.py) asks of them for the config their job runs."""
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import os
 import re
@@ -20,7 +22,20 @@ from rlsvc.cluster.shapes import launcher_groups, nodes, parse_resources_param, 
 from rlsvc.config import load_config
 
 REPO = Path(__file__).resolve().parents[2]
-CRDS = REPO.parent / "shared" / "kuberay-crds"
+
+
+def _kuberay_crds():
+    """scripts/kuberay_crds.py (scripts/ is not a package): where the CRDs are, and their pins."""
+    spec = importlib.util.spec_from_file_location("kuberay_crds", REPO / "scripts" / "kuberay_crds.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+kuberay_crds = _kuberay_crds()
+CRDS = kuberay_crds.crds_dir()
+HOW_TO_GET_CRDS = (f"run 'make crds' (downloads KubeRay {kuberay_crds.VERSION}'s CRDs) "
+                   f"or set {kuberay_crds.ENV_VAR} to a folder holding them")
 OVERLAYS = {"cpu-tiny": REPO / "kuberay/overlays/cpu-tiny", "gpu-qwen2.5-1.5b": REPO / "kuberay/overlays/gpu-qwen2.5-1.5b"}
 KUBERNETES_VERSION = "1.32"
 GPU_GROUP, CPU_GROUP = "gpu-workers", "cpu-workers"
@@ -51,7 +66,7 @@ def strict(schema):
 
 def _load_crd_validators() -> dict[tuple[str, str], jsonschema.protocols.Validator]:
     validators = {}
-    for path in sorted(CRDS.glob("*.yaml")):
+    for path in sorted(CRDS / name for name in kuberay_crds.CRDS):
         crd = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # 2 MB of schema
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
@@ -70,7 +85,12 @@ def _load_crd_validators() -> dict[tuple[str, str], jsonschema.protocols.Validat
 
 @pytest.fixture(scope="module")
 def crd_validators():
-    assert CRDS.is_dir(), f"KubeRay CRDs not found at {CRDS}"
+    if not all((CRDS / name).is_file() for name in kuberay_crds.CRDS):
+        pytest.fail(f"KubeRay CRDs not found at {CRDS}: {HOW_TO_GET_CRDS}", pytrace=False)
+    try:
+        kuberay_crds.verify(CRDS)
+    except kuberay_crds.CrdError as e:
+        pytest.fail(f"KubeRay CRDs at {CRDS} are not the pinned ones ({e}): {HOW_TO_GET_CRDS}", pytrace=False)
     return _load_crd_validators()
 
 
