@@ -4,7 +4,7 @@ Runs each benchmark as its own process (its own Ray cluster, the whole machine t
 the order below, with a time limit each, then writes benchmarks/results/latest.json (every
 figure, the command that measured it, its seconds and exit status) and
 benchmarks/results/latest.md (one table per benchmark, each under its command, and the checks
-against the targets). The README's "Benchmarks against the peers" section shows that table.
+against the targets). docs/benchmarks.md includes that table.
 
     python -m benchmarks [--only rollout,trl] [--quick]
 
