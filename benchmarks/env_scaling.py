@@ -55,7 +55,7 @@ def main() -> None:
     from rlsvc.policy_io import BlackjackCodec
     from rlsvc.rollout.runner import RolloutRunner
 
-    cfg = load_config(None, [f"env.sessions_per_actor={args.sessions}", "rollout.num_cpus=1"])
+    cfg = load_config(None, [f"env.sessions_per_actor={args.sessions}", f"env.step_latency_ms={args.latency_ms}", "rollout.num_cpus=1"])
     place = planned(cfg)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     gpu_nodes = [cluster.add_node(num_cpus=1, resources={cfg.cluster.gpu_node_resource: 1}) for _ in range(max(args.rollout_workers))]
@@ -75,7 +75,7 @@ def main() -> None:
         seeds = [(g, 10_000 + g) for g in range(groups)]
         shapes = [(k, min(args.rollout_workers)) for k in args.actors] + [(max(args.actors), r) for r in args.rollout_workers if r != min(args.rollout_workers)]
         for k, r in shapes:
-            envs = [ray.remote(EnvWorker).options(**place["env"].options()).remote(args.sessions, args.latency_ms / 1000) for _ in range(k)]
+            envs = [ray.remote(EnvWorker).options(**place["env"].options()).remote(cfg.env) for _ in range(k)]
             nodes_used = set(ray.get([e.node_id.remote() for e in envs]))
             assert nodes_used <= {n.node_id for n in cpu_nodes}
             runner = RolloutRunner(RayGenerator(rollouts[:r]), RayEnvFleet(envs, args.sessions), codec, cfg.env.max_turns)

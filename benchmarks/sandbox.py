@@ -47,14 +47,15 @@ def throughput(sessions: list[int], seconds: float) -> list[dict]:
     import ray
 
     from rlsvc.cluster.actors import EnvWorker
-    from rlsvc.envs.code_interpreter import CodeEnvSettings
+    from rlsvc.config import load_config
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
     try:
-        settings = CodeEnvSettings(backend="local", tasks="arithmetic", max_turns=10_000, exec_timeout_s=10).__dict__
+        env_cfg = load_config(None, ["env.type=code", "model.titan.tokenizer=chars", "env.code.backend=local", "env.code.tasks=arithmetic",
+                                     "env.max_turns=10000", "env.code.exec_timeout_s=10"]).env
         for m in sessions:
-            env = ray.remote(EnvWorker).options(num_cpus=1).remote(m, 0.0, settings)
+            env = ray.remote(EnvWorker).options(num_cpus=1).remote(env_cfg, m)
             ids = list(range(m))
             ray.get(env.reset.remote(ids, ids))
             ray.get(env.step.remote(ids, [("code", SNIPPET)] * m))  # warm-up

@@ -29,8 +29,8 @@ import torch  # noqa: E402
 from benchmarks import RESULTS_DIR  # noqa: E402
 from rlsvc.cluster.actors import RolloutWorker, TrainerWorker  # noqa: E402
 from rlsvc.cluster.ray_setup import WORKER_ENV  # noqa: E402
+from rlsvc.cluster.weight_sync.base import build_weight_sync  # noqa: E402
 from rlsvc.models.titan import ModelConfig  # noqa: E402
-from rlsvc.weight_sync.base import build_weight_sync  # noqa: E402
 
 RESULTS = RESULTS_DIR / "weight_sync.json"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -18,7 +18,7 @@ class ConfigError(ValueError):
     """A config problem, already phrased as one line that names the field."""
 
 
-MIN_HEAD_DIM = 32  # vLLM's CPU attention kernels reject smaller heads (DESIGN.md)
+MIN_HEAD_DIM = 32  # vLLM's CPU attention kernels reject smaller heads (docs/configuration.md)
 
 
 class Strict(BaseModel):
@@ -109,7 +109,7 @@ class ModelConfig(Strict):
     """Architecture of the policy when built from scratch."""
     warm_start_steps: int = Field(30, ge=0)
     """Supervised steps on random HIT/STAND answers that teach only the answer format, standing in
-    for a pretrained model that already knows it (DESIGN.md: without it GRPO collapses to 'stand')."""
+    for a pretrained model that already knows it (docs/design.md: without it GRPO collapses to 'stand')."""
 
     @model_validator(mode="after")
     def _check_source(self) -> ModelConfig:
@@ -154,7 +154,7 @@ class RolloutConfig(Strict):
         return self
 
 
-class CodeEnvConfig(Strict):
+class CodeSettings(Strict):
     """The code-interpreter environment (env.type=code, rlsvc/envs/code_interpreter.py)."""
 
     backend: Literal["local", "together"] = "local"
@@ -176,28 +176,79 @@ class CodeEnvConfig(Strict):
     episode is marked failed and its group left out of training."""
 
 
-class EnvConfig(Strict):
-    type: Literal["blackjack", "code"] = "blackjack"
-    """Environment served through OpenEnv on env actors: `blackjack`, or `code` (the policy
-    runs code and answers; see `env.code`)."""
+class RemoteEnvConfig(Strict):
+    """A remote OpenEnv server the env actors hold WebSocket sessions to, instead of serving the
+    environment themselves (a team's environment pods, a hosted sandbox)."""
+
+    url: str | None = None
+    """The server's base URL (http://host:port); default: the task's own, if it names one; None:
+    the env actors serve the task's environment themselves."""
+    connect_timeout_s: float = Field(30.0, gt=0)
+    """How long the driver waits for the server to answer before the job is refused, and how
+    long a session waits for the server (at capacity, restarting) before its group is dropped."""
+
+
+class EnvBase(Strict):
+    """Settings every task has: how many env actors and sessions, turns, the invalid-answer
+    penalty, and where the environment runs."""
+
     num_actors: int = Field(1, ge=1)
-    """Env actors; each runs an OpenEnv server and holds WebSocket sessions to it."""
+    """Env actors; each runs an OpenEnv server (or connects to `remote.url`) and holds WebSocket sessions to it."""
     sessions_per_actor: int = Field(256, ge=1)
     """Concurrent episodes (WebSocket sessions) per env actor."""
     max_turns: int = Field(12, ge=1)
     """Decisions after which an unfinished episode is cut (BlackJack ends long before)."""
     invalid_action_penalty: float = -1.0
-    """Return of an episode whose answer was neither HIT nor STAND (it ends there)."""
+    """Return of an episode whose answer the task could not parse into an action (it ends there)."""
     step_latency_ms: float = Field(0.0, ge=0)
     """Simulated round trip added to every env step, as a remote sandbox has (benchmarks)."""
+    num_cpus: float = Field(0.25, gt=0)
+    """Ray CPUs reserved per env actor."""
+    remote: RemoteEnvConfig = RemoteEnvConfig()
+    """A remote OpenEnv server to train against (`env.remote.url`)."""
+
+
+class BlackjackEnvConfig(EnvBase):
+    type: Literal["blackjack"] = "blackjack"
+    """BlackJack (rlsvc/tasks/blackjack.py): the policy answers HIT or STAND at every decision."""
     then_stick_at: int | None = Field(None, ge=2, le=22)
     """Single-turn BlackJack: after the policy's first decision the environment plays the rest
     of the hand with stick-at-N (hit below N). The task benchmarks/vs_trl.py gives TRL too.
     None: the policy makes every decision."""
-    num_cpus: float = Field(0.25, gt=0)
-    """Ray CPUs reserved per env actor."""
-    code: CodeEnvConfig = CodeEnvConfig()
-    """Settings of the code environment (used when type=code)."""
+
+
+class CodeEnvConfig(EnvBase):
+    type: Literal["code"] = "code"
+    """The code environment (rlsvc/tasks/code.py): the policy runs code and submits an answer."""
+    code: CodeSettings = CodeSettings()
+    """Settings of the code environment."""
+
+
+class PluginEnvConfig(EnvBase):
+    type: Literal["plugin"] = "plugin"
+    """A task from outside rlsvc, named by `task` (set by giving `env.task`)."""
+    task: str
+    """An entry point of group `rlsvc.tasks` (an installed package's task, by name), or an
+    import path `package.module:factory`; the factory returns an `rlsvc.task.Task`."""
+    options: dict[str, Any] = {}
+    """Keyword arguments for the task's factory (the task validates them)."""
+
+
+EnvConfig = Annotated[BlackjackEnvConfig | CodeEnvConfig | PluginEnvConfig, Field(discriminator="type")]
+"""The environment section: `env.type` picks a built-in task; `env.task` a third-party one."""
+
+
+def _env_type_from_task(env: Any) -> Any:
+    """`env.task=...` alone selects a plugin task (no need to also say env.type=plugin); with
+    neither, the task is BlackJack."""
+    if isinstance(env, dict) and "task" in env:
+        kind = env.get("type", "plugin")
+        if kind != "plugin":
+            raise ValueError(f"env.task names a third-party task, but env.type is {kind!r}: give one of the two")
+        return {**env, "type": "plugin"}
+    if isinstance(env, dict) and "type" not in env:
+        return {**env, "type": "blackjack"}
+    return env
 
 
 class GRPOConfig(Strict):
@@ -244,7 +295,9 @@ class TrainerConfig(Strict):
 
 class BufferConfig(Strict):
     max_staleness: int = Field(0, ge=0)
-    """Episodes produced more than this many policy versions ago are dropped (0: on-policy)."""
+    """How many policy versions behind the trainer a batch may be played (asynchronous mode:
+    the rollout producer plays batch b only once the engines hold version b - max_staleness or
+    newer, rlsvc/async_loop.py); 0 is the synchronous schedule, every batch on-policy."""
     capacity: int = Field(65536, ge=1)
     """Most episodes held; the oldest go first."""
 
@@ -342,8 +395,8 @@ class Config(Strict):
     """The policy model and its warm start."""
     rollout: RolloutConfig = RolloutConfig()
     """vLLM rollout workers."""
-    env: EnvConfig = EnvConfig()
-    """Environment actors."""
+    env: EnvConfig = BlackjackEnvConfig()
+    """The task and its environment actors."""
     grpo: GRPOConfig = GRPOConfig()
     """The GRPO objective."""
     trainer: TrainerConfig = TrainerConfig()
@@ -361,21 +414,18 @@ class Config(Strict):
     faults: FaultConfig = FaultConfig()
     """What the job survives: actor restarts, non-finite steps."""
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _plugin_env(cls, env: Any) -> Any:
+        return _env_type_from_task(env)
+
     @model_validator(mode="after")
     def _check_cross(self) -> Config:
         episodes = self.grpo.groups_per_step * self.grpo.group_size
         if episodes % self.trainer.minibatches:
             raise ValueError(f"trainer.minibatches ({self.trainer.minibatches}) must divide groups_per_step*group_size ({episodes})")
-        if self.env.then_stick_at is not None and self.env.type != "blackjack":
-            raise ValueError(f"env.then_stick_at is single-turn BlackJack's; env.type is {self.env.type}")
-        if self.env.type == "code":
-            # warm start, greedy validation and the final evaluation are BlackJack's
-            for key, value in (("model.warm_start_steps", self.model.warm_start_steps), ("eval.every_steps", self.eval.every_steps),
-                               ("eval.episodes", self.eval.episodes)):
-                if value:
-                    raise ValueError(f"env.type=code needs {key}=0 (it is {value}): that step is BlackJack's")
-            if self.model.source == "scratch" and self.model.titan.tokenizer != "chars":
-                raise ValueError("env.type=code needs model.titan.tokenizer=chars (the blackjack vocabulary cannot write code)")
+        if isinstance(self.env, CodeEnvConfig) and self.model.source == "scratch" and self.model.titan.tokenizer != "chars":
+            raise ValueError("env.type=code needs model.titan.tokenizer=chars (the blackjack vocabulary cannot write code)")
         return self
 
 
@@ -403,10 +453,18 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key.strip(), raw
 
 
+ENV_TYPES = ("blackjack", "code", "plugin")
+
+
 def _one_line(err: ValidationError) -> str:
     first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "config"
+    loc = [str(p) for p in first["loc"]]
     msg = first["msg"].removeprefix("Value error, ")
+    if loc[:1] == ["env"] and len(loc) > 1 and loc[1] in ENV_TYPES:  # pydantic names the union's member: say it as the user wrote it
+        kind = loc.pop(1)
+        if first["type"] == "extra_forbidden":
+            msg = f"not a setting of env.type={kind}"
+    where = ".".join(loc) or "config"
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
     return f"config error: {where}: {msg}{more}"
 

@@ -11,27 +11,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ray
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from rlsvc.async_loop import AsyncGRPOLoop
-from rlsvc.checkpoint import CHECKPOINTS, ResumePoint
+from rlsvc.checkpoint import ResumePoint
+from rlsvc.cluster.errors import ActorDied
+from rlsvc.cluster.metrics import RayStepMetrics
 from rlsvc.cluster.placement import pack, plan
 from rlsvc.cluster.ray_setup import cluster_view, connect, node_resources, submission_metadata
+from rlsvc.cluster.services import Services, start_services
 from rlsvc.config import Config, flatten, to_yaml
 from rlsvc.loop import GRPOLoop
-from rlsvc.policy_io import BlackjackCodec, CodeCodec, make_codec
-from rlsvc.services import Services, start_services
+from rlsvc.policy_io import TaskCodec, make_codec
+from rlsvc.recovery import recover_with_retries
+from rlsvc.task import Task, TaskError
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rlsvc.tracking.plots import reward_curve
-from rlsvc.tracking.ray_metrics import RayStepMetrics
 from rlsvc.tracking.run_tags import config_hash, ray_job_metadata, ray_job_tags, run_tags
 from rlsvc.training_checkpoint import Best
 from rlsvc.training_checkpoint import restore as restore_checkpoint
 from rlsvc.training_checkpoint import save as save_checkpoint
-from rlsvc.weight_sync.base import build_weight_sync
 
 log = logging.getLogger("rlsvc")
 CHECKPOINT_META = "rlsvc.json"
@@ -54,15 +55,14 @@ def setup_trainers(cfg: Config, svc: Services) -> dict[str, Any]:
     model_cfg = cfg.model.titan.model_dump()
     kwargs = {"lr": cfg.trainer.lr, "weight_decay": cfg.trainer.weight_decay, "max_grad_norm": cfg.trainer.max_grad_norm, "seed": cfg.run.seed,
               "param_dtype": cfg.trainer.param_dtype}
-    init = ray.get(svc.trainers[0].rendezvous_address.remote()) if len(svc.trainers) > 1 else None
-    ray.get([t.setup.remote(model_cfg, kwargs, init, None) for t in svc.trainers])
+    svc.trainer_group.setup(model_cfg, kwargs)
     return {"model_cfg": model_cfg, "kwargs": kwargs}
 
 
-def save_final(cfg: Config, state: dict, version: int, codec: BlackjackCodec | CodeCodec, folder: Path) -> Path:
+def save_final(cfg: Config, state: dict, version: int, codec: TaskCodec, folder: Path) -> Path:
     from rlsvc.models.hf_export import save_hf_checkpoint
 
-    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": codec.prompt_format, "policy_version": version,
+    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": codec.prompt_format, "task": codec.task.name, "policy_version": version,
             # how the MLflow pyfunc model (rlsvc/tracking/policy_pyfunc.py) decodes, as training did
             "max_tokens": cfg.rollout.max_tokens, "max_prompt_tokens": cfg.model.titan.max_seq_len - cfg.rollout.max_tokens}
     save_hf_checkpoint(folder, state, cfg.model.titan, extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
@@ -70,10 +70,10 @@ def save_final(cfg: Config, state: dict, version: int, codec: BlackjackCodec | C
 
 
 def validate(cfg: Config, loop: GRPOLoop) -> float:
-    """Greedy return of the trainer's current policy on the validation deals."""
-    from rlsvc.eval import TablePolicy, evaluate
-
-    return evaluate(TablePolicy(loop.greedy_table()), cfg.eval.val_episodes, cfg.eval.val_seed, then_stick_at=cfg.env.then_stick_at)["mean_return"]
+    """Greedy return of the trainer's current policy, by the task's exact evaluator."""
+    val = loop.codec.task.validate(loop.choose, cfg.eval.val_episodes, cfg.eval.val_seed)
+    assert val is not None, "eval.every_steps > 0 with a task that has no evaluator (train.py checks this)"
+    return val
 
 
 @dataclass
@@ -133,18 +133,19 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
                     t_val = time.perf_counter()
                     val = validate(cfg, loop)
                     if best is None or val > best.val_return:
-                        best = Best(val, loop.version, loop.svc.train_call("hf_state_dict")[0])
+                        best = Best(val, loop.version, loop.svc.trainer_group.hf_state_dict())
                     tracker.log_metrics({"eval/val_return": val, "time/validate_s": time.perf_counter() - t_val}, step=step + 1)
                 if cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0:
                     checkpoint(step + 1)
-            except ray.exceptions.RayError as err:
+            except ActorDied as err:
                 # A trainer rank, the reference or a rollout worker died (env, reward and buffer
                 # actors are restarted by Ray underneath); the error may also be a surviving
                 # rank's, whose collective lost its peer. Restart from the newest checkpoint.
                 dead = loop.svc.dead_policy_actors()
                 if not dead:
                     raise
-                restarts, resumed, best = recover_with_retries(cfg, loop, run_dir, console, restarts)
+                restarts, resumed, best = recover_with_retries(loop, run_dir, lambda: setup_trainers(cfg, loop.svc),
+                                                               cfg.faults.max_policy_restarts, restarts, console.print)
                 ledger(rewind_to=resumed)  # the steps after the checkpoint are undone: their updates are gone
                 redone += step + 1 - resumed
                 console.print(f"{', '.join(dead)} died in step {step + 1} ({type(err).__name__}): policy actors restarted from the "
@@ -163,51 +164,14 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
     return last, best, episodes
 
 
-class TooManyRestarts(RuntimeError):
-    pass
-
-
-def recover_with_retries(cfg: Config, loop: GRPOLoop, run_dir: Path, console: Console, restarts: int) -> tuple[int, int, Best | None]:
-    """`recover`, again if an actor dies during it, within `faults.max_policy_restarts` in all.
-    Returns (restarts so far, the checkpoint's step, its best policy)."""
-    while True:
-        restarts += 1
-        if restarts > cfg.faults.max_policy_restarts:
-            raise TooManyRestarts(f"policy actors died {restarts} times (faults.max_policy_restarts={cfg.faults.max_policy_restarts})")
-        try:
-            return (restarts, *recover(cfg, loop, run_dir))
-        except ray.exceptions.RayError as again:
-            console.print(f"recovery interrupted ({type(again).__name__}); again")
-
-
-def recover(cfg: Config, loop: GRPOLoop, run_dir: Path) -> tuple[int, Best | None]:
-    """After a policy actor died: new trainer ranks and reference (the whole group: survivors
-    would wait forever in a collective), new rollout workers for dead ones, everything loaded
-    from the newest complete checkpoint, weights synced. Returns the checkpoint's step."""
-    from rlsvc.checkpoint import latest_checkpoint
-
-    svc = loop.svc
-    loop.sync.close(timeout_s=10)
-    svc.restart_policy_group()
-    for i in svc.dead_rollout_workers():
-        svc.replace_rollout(i)
-    folder, state, _ = latest_checkpoint(run_dir / CHECKPOINTS)
-    best = restore_checkpoint(folder, state, loop, setup_trainers(cfg, svc))
-    ray.get([w.rewind.remote(state["version"]) for w in svc.rollout])  # back to the checkpoint's weights
-    ws = cfg.weight_sync
-    loop.sync = build_weight_sync(ws.type, svc.trainers, svc.rollout, ws.bucket_mb, ws.verify)
-    loop.sync_weights()
-    return state["step"], best
-
-
 def final_weights(cfg: Config, loop: GRPOLoop, best: Best | None, console: Console) -> tuple[dict, int]:
     """The weights to save: the best validated policy (`eval.keep_best`), else the last one."""
     if not (cfg.eval.keep_best and best is not None):
-        return loop.svc.train_call("hf_state_dict")[0], loop.version
+        return loop.svc.trainer_group.hf_state_dict(), loop.version
     if cfg.eval.every_steps and loop.version % cfg.eval.every_steps:  # the last weights compete too
         val = validate(cfg, loop)
         if val > best.val_return:
-            best = Best(val, loop.version, loop.svc.train_call("hf_state_dict")[0])
+            best = Best(val, loop.version, loop.svc.trainer_group.hf_state_dict())
     console.print(f"keeping policy version {best.version} (validation return {best.val_return:+.4f})")
     return best.state, best.version
 
@@ -219,7 +183,7 @@ def write_transcripts(path: Path, step: int, episodes: list, n: int) -> None:
             f.write(json.dumps({"step": step, "group": ep.group_id, "turns": turns, "outcome": ep.outcome, "reward": ep.reward}) + "\n")
 
 
-def run(cfg: Config, started: float, resume: ResumePoint | None = None) -> int:
+def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = None) -> int:
     console = Console()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if resume is None:
@@ -256,7 +220,9 @@ def run(cfg: Config, started: float, resume: ResumePoint | None = None) -> int:
             pack(placement, node_resources())  # refuse now what no node can hold, rather than wait forever
         with tempfile.TemporaryDirectory(prefix="rlsvc-init-") as tmp:
             tokenizer, source = prepare_model(cfg, Path(tmp))
-        codec = make_codec(cfg.env.type, tokenizer, cfg.model.titan.max_seq_len, cfg.rollout.max_tokens)
+        codec = make_codec(task, tokenizer, cfg.model.titan.max_seq_len, cfg.rollout.max_tokens)
+        if cfg.rollout.constrained_actions and codec.allowed_token_ids is None:
+            raise TaskError(f"rollout.constrained_actions: task {task.name} has no fixed answers of one token each")
         sampling = {"temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens,
                     "allowed_token_ids": codec.allowed_token_ids if cfg.rollout.constrained_actions else None}
         svc = start_services(cfg, placement, source, sampling)
@@ -269,9 +235,9 @@ def run(cfg: Config, started: float, resume: ResumePoint | None = None) -> int:
             at = TrainingStart(resume.state["step"], restore_checkpoint(resume.folder, resume.state, loop, trainer_setup))
         else:
             warm_loss = loop.warm_start(cfg.model.warm_start_steps) if cfg.model.warm_start_steps else float("nan")
-            if svc.reference is not None:
-                init_state = svc.train_call("hf_state_dict")[0]
-                ray.get(svc.reference.setup.remote(trainer_setup["model_cfg"], trainer_setup["kwargs"], None, init_state))
+            reference = svc.reference_model
+            if reference is not None:
+                reference.setup(trainer_setup["model_cfg"], trainer_setup["kwargs"], svc.trainer_group.hf_state_dict())
         sync0 = loop.sync_weights()  # waits for the vLLM engines to be up
         startup_s = time.time() - started
         tracker.log_metrics({"startup_s": startup_s, "warm_start_loss": warm_loss, **sync0}, step=at.start_step)
@@ -292,10 +258,8 @@ def run(cfg: Config, started: float, resume: ResumePoint | None = None) -> int:
         checkpoint = save_final(cfg, final, saved_version, codec, run_dir / "checkpoint")
         result: dict[str, float] = {}
         if cfg.eval.episodes:
-            from rlsvc.eval import evaluate, load_policy
-
             t_eval = time.time()
-            result = evaluate(load_policy(checkpoint), cfg.eval.episodes, cfg.eval.seed, then_stick_at=cfg.env.then_stick_at)
+            result = task.evaluate(checkpoint, cfg.eval.episodes, cfg.eval.seed) or {}
             tracker.log_metrics({f"eval/{k}": v for k, v in result.items()} | {"eval/time_s": time.time() - t_eval}, step=loop.version)
         total_s = time.time() - started
         episodes_per_s = (loop.version - version_at_start) * cfg.grpo.groups_per_step * cfg.grpo.group_size / max(train_s, 1e-9)

@@ -1,28 +1,31 @@
-"""The synchronous GRPO step, written to read like the algorithm (DESIGN.md, "One step")."""
+"""The synchronous GRPO step, written to read like the algorithm (docs/design.md, "One step").
+
+No Ray here: the loop calls the typed handles of `Services` (rlsvc/cluster/services.py,
+rlsvc/cluster/groups.py), so unit tests drive it with in-process fakes (tests/unit/test_grpo_loop.py)."""
 
 from __future__ import annotations
 
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-import ray
 import torch
 
 from rlsvc.algo.grpo import group_advantages
 from rlsvc.buffer.replay import Episode
-from rlsvc.cluster.fleet import RolloutWorkerLost
 from rlsvc.config import Config
 from rlsvc.models.tokenizer import PAD_ID
-from rlsvc.policy_io import BlackjackCodec, CodeCodec
-from rlsvc.rollout.runner import RolloutRunner
-from rlsvc.services import Services
+from rlsvc.policy_io import TaskCodec
+from rlsvc.rollout.runner import RolloutRunner, RolloutWorkerLost
 from rlsvc.trainer.batch import build_batch, split_batch
-from rlsvc.weight_sync.base import build_weight_sync
 
-Codec = BlackjackCodec | CodeCodec
+if TYPE_CHECKING:
+    from rlsvc.cluster.groups import RewardClient
+    from rlsvc.cluster.services import Services
+    from rlsvc.weight_sync.base import WeightSync
 
 
 def deal_seed(run_seed: int, step: int, group: int) -> int:
@@ -34,6 +37,8 @@ def assign_advantages(episodes: list[Episode], group_size: int, normalize_std: b
     for ep in episodes:
         groups.setdefault(ep.group_id, []).append(ep)
     ordered = [g for g in groups.values() if len(g) == group_size]
+    if not ordered:  # every group was dropped: nothing to compare
+        return
     rewards = torch.tensor([[ep.reward for ep in g] for g in ordered], dtype=torch.float32)
     adv = group_advantages(rewards, normalize_std=normalize_std)
     for g, row in zip(ordered, adv.tolist()):
@@ -41,7 +46,7 @@ def assign_advantages(episodes: list[Episode], group_size: int, normalize_std: b
             ep.advantage = a
 
 
-def episode_metrics(episodes: list[Episode], codec: Codec) -> dict[str, float]:
+def episode_metrics(episodes: list[Episode], codec: TaskCodec) -> dict[str, float]:
     n = max(len(episodes), 1)
     decisions = sum(len(ep.responses) for ep in episodes)
     return {
@@ -78,11 +83,11 @@ class NonFiniteGuard:
                                             f"(faults.max_nonfinite_steps={self.limit}); stopping")
 
 
-def score(reward_actor, episodes: list[Episode]) -> tuple[list[Episode], int, int]:
+def score(rewards: RewardClient, episodes: list[Episode]) -> tuple[list[Episode], int, int]:
     """Rewards onto the episodes; an episode whose reward function failed fails its group, which
     is left out. Returns (scored episodes, groups dropped, episodes that failed scoring)."""
     errors = 0
-    for ep, reward in zip(episodes, ray.get(reward_actor.score.remote(episodes))):
+    for ep, reward in zip(episodes, rewards.score(episodes)):
         if reward is None:
             ep.failed, errors = True, errors + 1
         else:
@@ -91,58 +96,90 @@ def score(reward_actor, episodes: list[Episode]) -> tuple[list[Episode], int, in
     return kept, dropped, errors
 
 
-def warm_start_batches(codec: BlackjackCodec, seed: int, steps: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """The format warm start's data: (input_ids, loss_mask) batches of random BlackJack
-    observations, each followed by a random HIT or STAND, the loss on that answer only."""
-    from rlsvc.envs.blackjack import BlackjackObservation
-
+def warm_start_batches(codec: TaskCodec, seed: int, steps: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The format warm start's data: (input_ids, loss_mask) batches of the task's (observation,
+    answer) examples, the loss on the answer's tokens only; rows are right-padded."""
     rng = random.Random(seed)
     for _ in range(steps):
-        obs = [BlackjackObservation(player_sum=rng.randint(4, 21), dealer_card=rng.randint(1, 10), usable_ace=rng.random() < 0.2) for _ in range(batch_size)]
-        input_ids = torch.tensor([codec.encode(o) + [rng.choice(codec.allowed_token_ids)] for o in obs])
-        mask = torch.zeros_like(input_ids, dtype=torch.float32)
-        mask[:, -1] = 1.0
+        examples = codec.task.warm_start_examples(rng, batch_size) or []
+        rows = [(codec.encode(obs), codec.answer_ids(answer)) for obs, answer in examples]
+        width = max(len(p) + len(a) for p, a in rows)
+        input_ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.float32)
+        for i, (prompt, answer) in enumerate(rows):
+            input_ids[i, : len(prompt) + len(answer)] = torch.tensor(prompt + answer)
+            mask[i, len(prompt) : len(prompt) + len(answer)] = 1.0
         yield input_ids, mask
+
+
+def choose_greedy(codec: TaskCodec, logprobs: Callable[[torch.Tensor], torch.Tensor], observations: Sequence[Any],
+                  candidates: Sequence[str]) -> list[int]:
+    """For each observation, the index of the candidate answer whose tokens the policy finds most
+    likely after the prompt (`logprobs`: the trainer's [N, T] token logprobs); ties go to the
+    last candidate."""
+    prompts = [codec.encode(o) for o in observations]
+    answers = [codec.answer_ids(c) for c in candidates]
+    rows = [(p, a) for a in answers for p in prompts]  # candidate-major: row c*N + i
+    width = max(len(p) + len(a) for p, a in rows)
+    ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+    for r, (p, a) in enumerate(rows):
+        ids[r, : len(p) + len(a)] = torch.tensor(p + a)
+    lp = logprobs(ids)
+    n = len(prompts)
+    scores = torch.stack([torch.stack([lp[c * n + i, len(prompts[i]) : len(prompts[i]) + len(a)].sum() for i in range(n)])
+                          for c, a in enumerate(answers)], dim=1)  # [N, candidates]
+    flipped = scores.flip(1).argmax(dim=1)  # argmax takes the first maximum: flipped, the last
+    return [len(answers) - 1 - int(j) for j in flipped]
 
 
 @dataclass
 class GRPOLoop:
     cfg: Config
     svc: Services
-    codec: Codec
+    codec: TaskCodec
     version: int = 0
     rollout_replacements: int = 0
     """Rollout workers started again after dying (each synced to the current weights)."""
     trained_groups: list[int] = field(default_factory=list)
     """Group ids of the episodes the last step trained on."""
+    make_sync: Callable[[], WeightSync] | None = field(default=None, repr=False)
+    """Builds the weight sync from the trainer to the rollout workers (again after either set
+    changes); default: `svc.weight_sync` with the config's `weight_sync` section."""
 
     def __post_init__(self) -> None:
         self.runner = RolloutRunner(self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns)
         self.allowed = self.codec.allowed_token_ids if self.cfg.rollout.constrained_actions else None
-        ws = self.cfg.weight_sync
-        self.sync = build_weight_sync(ws.type, self.svc.trainers, self.svc.rollout, ws.bucket_mb, ws.verify)
+        self.sync = self.new_sync()
         self.nonfinite = NonFiniteGuard(self.cfg.faults.max_nonfinite_steps)
 
+    def new_sync(self) -> WeightSync:
+        """A weight sync over the current trainer ranks and rollout workers."""
+        if self.make_sync is not None:
+            return self.make_sync()
+        ws = self.cfg.weight_sync
+        return self.svc.weight_sync(ws.type, ws.bucket_mb, ws.verify)
+
     def warm_start(self, steps: int, batch_size: int = 256) -> float:
-        """Teach the answer format only: random observations, random HIT/STAND answers."""
+        """Teach the answer format only, on the task's warm-start examples."""
         loss = float("nan")
         for input_ids, mask in warm_start_batches(self.codec, self.cfg.run.seed, steps, batch_size):
-            shards = split_batch({"input_ids": input_ids, "loss_mask": mask}, len(self.svc.trainers))
-            losses = ray.get([t.call.remote("sft_step", s["input_ids"], s["loss_mask"]) for t, s in zip(self.svc.trainers, shards)])
-            loss = float(losses[0])
+            loss = self.svc.trainer_group.sft_step(input_ids, mask)
         return loss
 
-    def greedy_table(self) -> dict[tuple, str]:
-        """The trainer's greedy action in every BlackJack state (HIT vs STAND logprob)."""
-        from rlsvc.eval import all_states
+    def choose(self, observations: Sequence[Any], candidates: Sequence[str]) -> list[int]:
+        """The trainer's greedy choice among `candidates` for each observation (the task's
+        exact evaluator, `Task.validate`, plays with it)."""
+        return choose_greedy(self.codec, self.svc.trainer_group.logprobs, observations, candidates)
 
-        states = all_states()
-        hit, stand = self.codec.allowed_token_ids
-        prompts = [self.codec.encode(v) for v in states]
-        ids = torch.tensor([p + [hit] for p in prompts] + [p + [stand] for p in prompts])
-        last = self.svc.train_call("logprobs", input_ids=ids)[0][:, -1]
-        n = len(states)
-        return {tuple(v): "hit" if last[i] > last[n + i] else "stand" for i, v in enumerate(states)}
+    def state_dict(self) -> dict[str, int]:
+        """What decides the loop's next step besides the actors' state: the policy version
+        (every step's deals and sampling seeds follow from it) and the non-finite step count.
+        Training checkpoints save it and a resumed job loads it (rlsvc/training_checkpoint.py)."""
+        return {"version": self.version, "nonfinite_skipped": self.nonfinite.skipped}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.version = int(state["version"])
+        self.nonfinite.skipped = int(state["nonfinite_skipped"])
 
     def close(self) -> None:
         """Stop background work (the asynchronous loop's producer); the sync loop has none."""
@@ -156,7 +193,7 @@ class GRPOLoop:
         return [(step * B + b, deal_seed(self.cfg.run.seed, step, b)) for b in range(B)]
 
     def collect(self, step: int, version: int) -> list[Episode]:
-        """DESIGN.md steps 1-2: B groups of G episodes played to the end with the engines' policy."""
+        """docs/design.md, steps 1-2: B groups of G episodes played to the end with the engines' policy."""
         return self.runner.collect(self.groups(step), self.cfg.grpo.group_size, version, sample_seed=self.cfg.run.seed * 7919 + step)
 
     def collect_replacing(self, step: int) -> list[Episode]:
@@ -176,8 +213,7 @@ class GRPOLoop:
         self.sync.close()
         for i in indices:
             self.svc.replace_rollout(i)
-        ws = self.cfg.weight_sync
-        self.sync = build_weight_sync(ws.type, self.svc.trainers, self.svc.rollout, ws.bucket_mb, ws.verify)
+        self.sync = self.new_sync()
         self.rollout_replacements += len(indices)
         return self.sync_weights()
 
@@ -202,7 +238,7 @@ class GRPOLoop:
         return metrics, episodes
 
     def learn(self, episodes: list[Episode]) -> dict[str, float]:
-        """DESIGN.md steps 3-6: rewards, group advantages, buffer, reference, one optimiser step
+        """docs/design.md, steps 3-6: rewards, group advantages, buffer, reference, one optimiser step
         (self.version moves on by one)."""
         cfg, svc = self.cfg, self.svc
         B, G = cfg.grpo.groups_per_step, cfg.grpo.group_size
@@ -210,13 +246,14 @@ class GRPOLoop:
         played = episodes
         env_failures = sum(ep.failed for ep in played)
         episodes, dropped = drop_failed_groups(played)
-        episodes, dropped_scoring, reward_errors = score(svc.reward, episodes)
+        episodes, dropped_scoring, reward_errors = score(svc.reward_client, episodes)
         dropped += dropped_scoring
         faults = {"groups_dropped": float(dropped), "failed_episodes": float(env_failures), "reward_errors": float(reward_errors),
                   "env_actor_failures": float(getattr(svc.fleet, "take_failures", lambda: 0)())}
         assign_advantages(episodes, G, cfg.grpo.normalize_std)
-        depth = ray.get(svc.buffer.add.remote(episodes))
-        batch_eps = ray.get(svc.buffer.sample.remote(B * G, self.version))
+        buffer = svc.buffer_client
+        depth = buffer.add(episodes)
+        batch_eps = buffer.sample(B * G)
         self.trained_groups = sorted({ep.group_id for ep in batch_eps})  # for the job's ledger (trained.jsonl)
         depth -= len(batch_eps)
         staleness = [self.version - ep.policy_version for ep in batch_eps]
@@ -227,11 +264,11 @@ class GRPOLoop:
                     "policy_version": float(self.version), "time/reward_s": t_reward - t0}
         batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
 
-        if svc.reference is not None:
-            batch["ref_logprobs"] = ray.get(svc.reference.call.remote("logprobs", batch["input_ids"], self.allowed))
+        reference = svc.reference_model
+        if reference is not None:
+            batch["ref_logprobs"] = reference.logprobs(batch["input_ids"], self.allowed)
         if cfg.grpo.tis_cap is not None:  # the proximal policy: the trainer's own, before the step
-            shards = split_batch({"input_ids": batch["input_ids"]}, len(svc.trainers))
-            batch["prox_logprobs"] = torch.cat(ray.get([t.call.remote("logprobs", s["input_ids"], self.allowed) for t, s in zip(svc.trainers, shards)]))
+            batch["prox_logprobs"] = svc.trainer_group.logprobs(batch["input_ids"], self.allowed)
         t_ref = time.perf_counter()
 
         train = self.train(batch)
@@ -267,9 +304,9 @@ class GRPOLoop:
             "tis_cap": cfg.grpo.tis_cap,
         }
         results: list[dict[str, float]] = []
+        trainers = self.svc.trainer_group
         for minibatch in split_batch(batch, cfg.trainer.minibatches):
-            shards = split_batch(minibatch, len(self.svc.trainers))
-            results.append(ray.get([t.call.remote("train_step", s, **kwargs) for t, s in zip(self.svc.trainers, shards)])[0])
+            results.append(trainers.train_step(minibatch, **kwargs))
         out = {k: sum(r[k] for r in results) / len(results) for k in results[0]}
         out["nonfinite_skipped"] = max(r["nonfinite_skipped"] for r in results)  # any skipped update marks the step
         return out

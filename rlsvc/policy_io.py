@@ -1,115 +1,93 @@
-"""How the policy reads and writes each environment: observation -> prompt ids, sampled text ->
-action, and the per-environment episode metrics.
+"""How the policy reads and writes a task with a given tokenizer: observation -> prompt token ids
+(text, or chat messages through the tokenizer's chat template), sampled text -> action, answers
+as token ids, and the task's episode metrics.
 
-Shared by training (rollout) and evaluation, so both see exactly the same prompts.
+Shared by training (rollout, warm start, validation) and evaluation, so all of them see exactly
+the same prompts.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Hashable
 from typing import Any
 
 from rlsvc.buffer.replay import Episode
-from rlsvc.envs.blackjack import format_prompt, parse_action
+from rlsvc.task import Prompt, Task
 
 
-def _rates(episodes: list[Episode], outcomes: tuple[str, ...]) -> dict[str, float]:
-    n = max(len(episodes), 1)
-    counts = Counter(ep.outcome for ep in episodes)
-    return {f"{o}_rate": counts[o] / n for o in outcomes}
-
-
-class BlackjackCodec:
-    prompt_format = "blackjack/v1"
-    outcomes = ("win", "push", "loss", "invalid", "truncated")
-
-    def __init__(self, tokenizer: Any) -> None:
+class TaskCodec:
+    def __init__(self, task: Task, tokenizer: Any, max_prompt_tokens: int | None = None) -> None:
+        self.task = task
         self.tokenizer = tokenizer
         self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-        self.action_ids = {
-            "hit": tokenizer.convert_tokens_to_ids("HIT"),
-            "stand": tokenizer.convert_tokens_to_ids("STAND"),
-        }
-        self._cache: dict[tuple, list[int]] = {}
+        self.max_prompt_tokens = None if max_prompt_tokens is None else max_prompt_tokens - len(self.bos)
+        self.prompt_format: str = getattr(task, "prompt_format", task.name)
+        self.outcomes = task.outcomes
+        self._cache: dict[Hashable, list[int]] = {}
 
     def encode(self, obs: Any) -> list[int]:
-        key = (obs.player_sum, obs.dealer_card, bool(obs.usable_ace))
-        if key not in self._cache:  # ~300 distinct states: tokenise each once
-            ids = self.tokenizer.encode(format_prompt(obs), add_special_tokens=False)
-            self._cache[key] = self.bos + list(ids)
-        return self._cache[key]
+        """Prompt token ids; a long prompt keeps its end (the latest output and the cue)."""
+        key = self.task.prompt_key(obs)
+        if key is not None and key in self._cache:
+            return self._cache[key]
+        ids = self.tokens(self.task.render(obs))
+        if self.max_prompt_tokens is not None:
+            ids = ids[-self.max_prompt_tokens:]
+        ids = self.bos + ids
+        if key is not None:
+            self._cache[key] = ids
+        return ids
 
-    def parse(self, text: str) -> str | None:
-        return parse_action(text)
+    def tokens(self, prompt: Prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
+        ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
+        # the template writes its own start token; encode() adds bos in front again
+        return list(ids[1:] if self.bos and ids and ids[0] == self.bos[0] else ids)
 
-    @staticmethod
-    def observe(obs: Any) -> dict[str, Any]:
+    def parse(self, text: str) -> Any | None:
+        return self.task.parse(text)
+
+    def observe(self, obs: Any) -> dict[str, Any]:
         """What a transcript keeps of an observation."""
-        return {k: getattr(obs, k) for k in ("player_sum", "dealer_card", "usable_ace")}
+        return self.task.observe(obs)
 
     def episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
-        decisions = sum(len(ep.responses) for ep in episodes)
-        return {**_rates(episodes, self.outcomes),
-                "hit_rate": sum(t.strip() == "HIT" for ep in episodes for t in ep.texts) / max(decisions, 1)}
+        return self.task.metrics(episodes)
+
+    def answer_ids(self, answer: str) -> list[int]:
+        return list(self.tokenizer.encode(answer, add_special_tokens=False))
 
     @property
-    def allowed_token_ids(self) -> list[int]:
-        return [self.action_ids["hit"], self.action_ids["stand"]]
+    def allowed_token_ids(self) -> list[int] | None:
+        """The task's answers as one token each (constrained decoding), or None when the task
+        has no fixed answers or an answer takes several tokens."""
+        answers = self.task.answers()
+        if not answers:
+            return None
+        ids = [self.answer_ids(a) for a in answers]
+        return [i[0] for i in ids] if all(len(i) == 1 for i in ids) else None
 
 
-ANSWER_PREFIX = "ANSWER:"
+class BlackjackCodec(TaskCodec):
+    """The built-in BlackJack task's codec (the name earlier callers use)."""
+
+    def __init__(self, tokenizer: Any, then_stick_at: int | None = None) -> None:
+        from rlsvc.tasks.blackjack import BlackjackTask
+
+        super().__init__(BlackjackTask(then_stick_at), tokenizer)
 
 
-class CodeCodec:
-    """The code environment as text: the task, what the last cell printed (or raised), and a
-    prompt to act. A reply that starts with `ANSWER:` submits the rest (a solution, or a number);
-    any other reply is code to run in the episode's session."""
-
-    prompt_format = "code/v1"
-    outcomes = ("solved", "partial", "wrong", "turn_limit", "failed", "truncated")
-    allowed_token_ids = None
-    OUTPUT_CHARS = 160  # of the last cell's output shown to the policy
+class CodeCodec(TaskCodec):
+    """The built-in code task's codec (the name earlier callers use)."""
 
     def __init__(self, tokenizer: Any, max_prompt_tokens: int) -> None:
-        self.tokenizer = tokenizer
-        self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
-        self.max_prompt_tokens = max_prompt_tokens - len(self.bos)
+        from rlsvc.tasks.code import CodeTask
 
-    def render(self, obs: Any) -> str:
-        parts = [f"TASK: {obs.prompt}\n"]
-        if obs.turn:
-            if obs.stdout:
-                parts.append(f"OUT: {obs.stdout[-self.OUTPUT_CHARS:]}\n")
-            if obs.error_type:
-                parts.append(f"ERR: {obs.error_type}: {(obs.error_message or '')[:self.OUTPUT_CHARS]}\n")
-        parts.append(f"TURN {obs.turn + 1}/{obs.max_turns} (code, or {ANSWER_PREFIX} ...)\n>>> ")
-        return "".join(parts)
-
-    def encode(self, obs: Any) -> list[int]:
-        ids = self.tokenizer.encode(self.render(obs), add_special_tokens=False)
-        return self.bos + list(ids[-self.max_prompt_tokens:])  # keep the end: the latest output and the cue
-
-    def parse(self, text: str) -> tuple[str, str]:
-        stripped = text.strip()
-        if stripped.startswith(ANSWER_PREFIX):
-            return ("answer", stripped[len(ANSWER_PREFIX):].strip())
-        return ("code", text)
-
-    @staticmethod
-    def observe(obs: Any) -> dict[str, Any]:
-        return {"task": obs.task, "turn": obs.turn, "stdout": obs.stdout[-200:], "error_type": obs.error_type,
-                "error_message": obs.error_message, "timed_out": obs.timed_out}
-
-    def episode_metrics(self, episodes: list[Episode]) -> dict[str, float]:
-        n = max(len(episodes), 1)
-        turns = sum(len(ep.responses) for ep in episodes)
-        return {**_rates(episodes, self.outcomes),
-                "answered_rate": sum(ep.outcome in ("solved", "partial", "wrong") for ep in episodes) / n,
-                "code_turns_per_episode": sum(sum(not t.strip().startswith(ANSWER_PREFIX) for t in ep.texts) for ep in episodes) / n,
-                "turns_per_episode": turns / n}
+        super().__init__(CodeTask(), tokenizer, max_prompt_tokens)
 
 
-def make_codec(env_type: str, tokenizer: Any, max_seq_len: int, max_tokens: int) -> BlackjackCodec | CodeCodec:
-    if env_type == "code":
-        return CodeCodec(tokenizer, max_seq_len - max_tokens)
-    return BlackjackCodec(tokenizer)
+def make_codec(task: Task, tokenizer: Any, max_seq_len: int, max_tokens: int) -> TaskCodec:
+    """The codec a job uses: prompts leave room for `max_tokens` sampled tokens."""
+    return TaskCodec(task, tokenizer, max_seq_len - max_tokens)

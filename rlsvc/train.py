@@ -17,15 +17,25 @@ def config_reference() -> str:
 
     from pydantic import BaseModel
 
-    from rlsvc.config import Config
+    from rlsvc.config import BlackjackEnvConfig, CodeEnvConfig, Config, EnvBase, PluginEnvConfig
 
     lines = ["config fields (set in --config YAML or as dotted overrides):"]
 
-    def walk(model: type[BaseModel], prefix: str, defaults: BaseModel) -> None:
+    def walk(model: type[BaseModel], prefix: str, defaults: BaseModel, skip: tuple[str, ...] = ()) -> None:
         for name, field in model.model_fields.items():
+            if name in skip:
+                continue
             value = getattr(defaults, name)
             doc = " ".join((field.description or "").split())
-            if isinstance(value, BaseModel):
+            if isinstance(value, EnvBase):  # one section per task type: the shared fields, then each type's own
+                lines.append(f"\n  {prefix}{name}: {doc}")
+                lines.append(f"    {prefix}{name}.type (blackjack|code|plugin, default {value.type!r}): the built-in task (plugin: set by env.task)")
+                walk(EnvBase, f"{prefix}{name}.", value)
+                for variant in (BlackjackEnvConfig, CodeEnvConfig, PluginEnvConfig):
+                    own = variant.model_construct(task=None) if variant is PluginEnvConfig else variant()
+                    lines.append(f"\n  {prefix}{name} (type={own.type}): {' '.join((variant.model_fields['type'].description or '').split())}")
+                    walk(variant, f"{prefix}{name}.", own, skip=(*EnvBase.model_fields, "type"))
+            elif isinstance(value, BaseModel):
                 lines.append(f"\n  {prefix}{name}: {doc}")
                 walk(type(value), f"{prefix}{name}.", value)
             else:
@@ -33,7 +43,8 @@ def config_reference() -> str:
                     kind = "|".join(str(a) for a in get_args(field.annotation))
                 else:
                     kind = getattr(field.annotation, "__name__", None) or str(field.annotation).replace("typing.", "")
-                lines.append(f"    {prefix}{name} ({kind}, default {value!r}): {doc}")
+                default = "required" if field.is_required() else f"default {value!r}"
+                lines.append(f"    {prefix}{name} ({kind}, {default}): {doc}")
 
     walk(Config, "", Config())
     return "\n".join(lines)
@@ -74,6 +85,36 @@ def resume_point(run_folder: str):
     return ResumePoint(run_dir, folder, state)
 
 
+TASK_HOOKS = (("warm_start_examples", "model", "warm_start_steps"), ("validate", "eval", "every_steps"), ("evaluate", "eval", "episodes"))
+"""Optional task hooks and the setting that uses each."""
+
+
+def task_for(cfg):
+    """The config's task, built and checked against the config before any cluster starts: a
+    setting that uses a hook the task lacks is an error when given explicitly, and is switched
+    off (0) when it is only the default. Raises TaskError."""
+    from rlsvc.task import TaskError
+    from rlsvc.tasks.registry import load_task
+
+    task = load_task(cfg.env)
+    for hook, section, field in TASK_HOOKS:
+        part = getattr(cfg, section)
+        if getattr(part, field) and not task.has(hook):
+            if field in part.model_fields_set:
+                raise TaskError(f"config error: {section}.{field}: task {task.name} has no {hook} hook; set it to 0")
+            setattr(part, field, 0)
+    if task.remote_url and not cfg.env.remote.url:
+        cfg.env.remote.url = task.remote_url
+    if cfg.env.remote.url:
+        from rlsvc.envs.openenv_pool import check_server
+
+        try:
+            check_server(cfg.env.remote.url, cfg.env.remote.connect_timeout_s)
+        except ConnectionError as e:
+            raise TaskError(f"env.remote.url: {e}") from e
+    return task
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
     args = build_parser().parse_args(argv)
@@ -105,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
         # answers in several tokens and a chat format; that prompt path is not built yet.
         print("rlsvc.train: model.source=hf is not supported by this build yet (only source=scratch runs)", file=sys.stderr)
         return 2
+    from rlsvc.task import TaskError
+
+    try:
+        task = task_for(cfg)
+    except TaskError as e:
+        print(f"rlsvc.train: {e}", file=sys.stderr)
+        return 2
     from rlsvc.cluster.ray_setup import ClusterUnreachable, check_reachable, keep_local_cluster_on_loopback
 
     keep_local_cluster_on_loopback(cfg.cluster)  # before Ray is imported
@@ -117,12 +165,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rlsvc.cluster.fleet import EnvActorGone
     from rlsvc.cluster.placement import PlacementError
-    from rlsvc.job import TooManyRestarts, run
+    from rlsvc.job import run
     from rlsvc.loop import TooManyNonFiniteSteps
+    from rlsvc.recovery import TooManyRestarts
 
     try:
-        return run(cfg, started, resume)
-    except PlacementError as e:  # found after joining the cluster, before any actor started
+        return run(cfg, task, started, resume)
+    except (PlacementError, TaskError) as e:  # found after joining the cluster, before any actor started
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
     except (TooManyNonFiniteSteps, EnvActorGone, TooManyRestarts) as e:  # the MLflow run is marked FAILED

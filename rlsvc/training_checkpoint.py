@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from rlsvc.checkpoint import CHECKPOINTS, write_checkpoint
 
 
@@ -35,16 +33,17 @@ def save(run_dir: Path, step: int, loop: Any, best: Best | None, extra_state: di
     svc = loop.svc
 
     def fill(folder: Path) -> None:
-        svc.train_call("save_checkpoint", directory=str(folder / "trainer"))  # every rank its shards
-        if svc.reference is not None:
-            save_file(ray.get(svc.reference.call.remote("hf_state_dict")), str(folder / "reference.safetensors"))
+        svc.trainer_group.save_checkpoint(str(folder / "trainer"))  # every rank its shards
+        reference = svc.reference_model
+        if reference is not None:
+            save_file(reference.hf_state_dict(), str(folder / "reference.safetensors"))
         if best is not None:
             save_file(best.state, str(folder / "best.safetensors"))
-        snap = ray.get(svc.buffer.snapshot.remote())
+        snap = svc.buffer_client.snapshot()
         snap["items"] = [dataclasses.asdict(ep) for ep in snap["items"]]  # JSON, not pickle: loading runs no code
         (folder / "buffer.json").write_text(json.dumps(snap))
 
-    state = {**extra_state, "version": loop.version, "nonfinite_skipped": loop.nonfinite.skipped,
+    state = {**extra_state, **loop.state_dict(),
              "best_val_return": best.val_return if best else None, "best_version": best.version if best else None}
     return write_checkpoint(run_dir / CHECKPOINTS, step, fill, state, keep)
 
@@ -54,17 +53,16 @@ def restore(folder: Path, state: dict, loop: Any, trainer_setup: dict) -> Best |
     from safetensors.torch import load_file
 
     svc = loop.svc
-    svc.train_call("load_checkpoint", directory=str(folder / "trainer"))
-    if svc.reference is not None:
-        ray.get(svc.reference.setup.remote(trainer_setup["model_cfg"], trainer_setup["kwargs"], None,
-                                           load_file(str(folder / "reference.safetensors"))))
+    svc.trainer_group.load_checkpoint(str(folder / "trainer"))
+    reference = svc.reference_model
+    if reference is not None:
+        reference.setup(trainer_setup["model_cfg"], trainer_setup["kwargs"], load_file(str(folder / "reference.safetensors")))
     from rlsvc.buffer.replay import Episode
 
     snap = json.loads((folder / "buffer.json").read_text())
     snap["items"] = [Episode(**ep) for ep in snap["items"]]
-    ray.get(svc.buffer.restore.remote(snap))
-    loop.version = state["version"]
-    loop.nonfinite.skipped = state["nonfinite_skipped"]
+    svc.buffer_client.restore(snap)
+    loop.load_state_dict(state)
     if state.get("best_version") is None:
         return None
     return Best(state["best_val_return"], state["best_version"], load_file(str(folder / "best.safetensors")))

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -71,3 +75,71 @@ def notebook_outputs(nb) -> tuple[str, int]:
             texts += [data.get("text/plain", ""), data.get("text/html", "")]
             pngs += "image/png" in data
     return "\n".join(t if isinstance(t, str) else "".join(t) for t in texts), pngs
+
+
+SERVER_START_S = 90.0  # imports take seconds, more on a loaded machine
+StartServer = Callable[..., tuple[subprocess.Popen, str]]
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL if it lingers: by PID, never by name."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[StartServer]:
+    """start(max_sessions, port=0, *overrides) -> (process, url): a task's OpenEnv server as its
+    own process (`python -m rlsvc.envs.serve`, BlackJack unless `overrides` say otherwise), once
+    it answers; every one is stopped by its PID at the end of the test."""
+    procs: list[subprocess.Popen] = []
+
+    def start(max_sessions: int, port: int = 0, *overrides: str) -> tuple[subprocess.Popen, str]:
+        n = len(procs)
+        port_file, log_path = tmp_path / f"server{n}.port", tmp_path / f"server{n}.log"
+        cmd = [sys.executable, "-m", "rlsvc.envs.serve", "--host", "127.0.0.1", "--port", str(port),
+               "--max-sessions", str(max_sessions), "--port-file", str(port_file), *overrides]
+        with open(log_path, "w") as log:
+            proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        deadline = time.monotonic() + SERVER_START_S
+        while not port_file.exists():
+            assert proc.poll() is None, f"server exited with {proc.returncode}: {log_path.read_text()}"
+            assert time.monotonic() < deadline, f"server not up after {SERVER_START_S} s: {log_path.read_text()}"
+            time.sleep(0.1)
+        return proc, f"http://127.0.0.1:{int(port_file.read_text())}"
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            stop_process(proc)
+
+
+TINY_HF_SHAPE = dict(vocab_size=320, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
+             max_position_embeddings=128)
+
+
+def tiny_hf_checkpoint(family: str, folder: Path):
+    """A random model of `family` saved as a Hugging Face folder; every parameter (biases and
+    norms included) perturbed, so a weight the adapter misses changes the logits."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config, cls = {
+        "qwen3": (Qwen3Config(head_dim=32, tie_word_embeddings=True, **TINY_HF_SHAPE), Qwen3ForCausalLM),
+        "llama": (LlamaConfig(rope_theta=500000.0, tie_word_embeddings=False, **TINY_HF_SHAPE), LlamaForCausalLM),
+        "qwen2": (Qwen2Config(tie_word_embeddings=True, **TINY_HF_SHAPE), Qwen2ForCausalLM),
+    }[family]
+    model = cls(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.02)
+    model.save_pretrained(folder)
+    return model

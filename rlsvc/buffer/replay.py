@@ -1,8 +1,9 @@
 """Replay buffer of episodes tagged with the policy version that produced them.
 
-The staleness bound is the contract between rollout and training: an episode sampled at trainer
-version v was produced by a policy no older than v - max_staleness. With max_staleness = 0 the
-buffer is on-policy and everything older is dropped.
+Staleness is bounded where batches are played, not here: the asynchronous producer plays batch b
+only with a policy no older than b - `buffer.max_staleness` (rlsvc/async_loop.py), and the
+synchronous loop learns from what the current policy just played. One mechanism, enforced once;
+the buffer keeps episodes in order within its capacity and reports how old each one is.
 """
 
 from __future__ import annotations
@@ -41,15 +42,13 @@ class Episode:
 
 
 class ReplayBuffer:
-    """FIFO episodes with a capacity and a staleness bound; `sample` takes and removes."""
+    """FIFO episodes with a capacity; `sample` takes and removes the oldest."""
 
-    def __init__(self, capacity: int = 65536, max_staleness: int = 0) -> None:
-        if capacity < 1 or max_staleness < 0:
-            raise ValueError("capacity must be >= 1 and max_staleness >= 0")
+    def __init__(self, capacity: int = 65536) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
         self.capacity = capacity
-        self.max_staleness = max_staleness
         self._items: deque[Episode] = deque()
-        self.dropped_stale = 0
         self.dropped_full = 0
 
     def __len__(self) -> int:
@@ -62,27 +61,18 @@ class ReplayBuffer:
                 self.dropped_full += 1
             self._items.append(ep)
 
-    def evict_stale(self, current_version: int) -> int:
-        """Drop episodes older than `current_version - max_staleness`; return how many."""
-        oldest_ok = current_version - self.max_staleness
-        keep = deque(ep for ep in self._items if ep.policy_version >= oldest_ok)
-        dropped = len(self._items) - len(keep)
-        self._items = keep
-        self.dropped_stale += dropped
-        return dropped
-
-    def sample(self, n: int, current_version: int) -> list[Episode]:
-        """Take up to `n` of the oldest fresh-enough episodes (oldest first keeps staleness low)."""
-        self.evict_stale(current_version)
+    def sample(self, n: int) -> list[Episode]:
+        """Take up to `n` of the oldest episodes."""
         return [self._items.popleft() for _ in range(min(n, len(self._items)))]
 
     def snapshot(self) -> dict:
         """Contents and counters, for a checkpoint."""
-        return {"items": list(self._items), "dropped_stale": self.dropped_stale, "dropped_full": self.dropped_full}
+        return {"items": list(self._items), "dropped_full": self.dropped_full}
 
     def restore(self, snap: dict) -> None:
         self._items = deque(snap["items"])
-        self.dropped_stale, self.dropped_full = snap["dropped_stale"], snap["dropped_full"]
+        self.dropped_full = snap["dropped_full"]
 
-    def staleness(self, episodes: list[Episode], current_version: int) -> list[int]:
+    @staticmethod
+    def staleness(episodes: list[Episode], current_version: int) -> list[int]:
         return [current_version - ep.policy_version for ep in episodes]

@@ -7,9 +7,14 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
+
+if TYPE_CHECKING:
+    import torch
+
+    from rlsvc.trainer.titan_trainer import TitanTrainer
 
 
 def _use_reserved_cores() -> None:
@@ -45,9 +50,6 @@ class _WeightSyncEndpoint:
         self.ws_endpoint = open_endpoint(kind, self._ws_side, getattr(self, self._ws_owner_attr), *args)
         info = getattr(self.ws_endpoint, "info", None)
         return info() if info is not None else True
-
-    def ws_call(self, method: str, *args: Any) -> Any:
-        return getattr(self.ws_endpoint, method)(*args)
 
     def ws_close(self) -> None:
         """Close the endpoint (files, registrations, stores, receive buffers)."""
@@ -96,6 +98,20 @@ class RolloutWorker(_WeightSyncEndpoint):
     def fingerprint(self) -> str:
         return self.engine.weights_fingerprint()
 
+    # the rollout halves of the transports' own steps (rlsvc/weight_sync/*.py), forwarded to the
+    # open endpoint
+    def ws_begin(self, manifest: Any) -> None:
+        """shm: map the trainer's file for `manifest`."""
+        self.ws_endpoint.begin(manifest)
+
+    def ws_receive(self, manifest: Any) -> dict[str, float | str]:
+        """broadcast: receive the buckets the trainer sends."""
+        return self.ws_endpoint.receive(manifest)  # type: ignore[no-any-return]
+
+    def ws_pull(self, manifest: Any, *handles: Any) -> dict[str, float | str]:
+        """torchstore, monarch (with the trainer's buffer handles): pull the weights."""
+        return self.ws_endpoint.pull(manifest, *handles)  # type: ignore[no-any-return]
+
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
@@ -113,19 +129,19 @@ class TrainerWorker(_WeightSyncEndpoint):
     def __init__(self, rank: int, world_size: int) -> None:
         _use_reserved_cores()
         self.rank, self.world_size = rank, world_size
-        self.trainer = None
+        self.trainer: TitanTrainer = None  # type: ignore[assignment]  # built by `setup`
         self._store = None  # rank 0's rendezvous store (rendezvous_address), kept for the group's life
 
     def rendezvous_address(self) -> str:
         """Rank 0 only: start the group's store, listening now, and say where the others join."""
-        from rlsvc.cluster.rendezvous import host
+        from rlsvc.rendezvous import host
 
-        self._store, address = host(self.world_size)
+        self._store, address = host(ray.util.get_node_ip_address(), self.world_size)
         return address
 
     def setup(self, model_cfg: dict, trainer_kwargs: dict, rendezvous: str | None, init_hf_state_dict: dict | None) -> bool:
-        from rlsvc.cluster.rendezvous import join
         from rlsvc.models.titan import ModelConfig
+        from rlsvc.rendezvous import join
         from rlsvc.trainer.titan_trainer import TitanTrainer
 
         store = None
@@ -141,9 +157,31 @@ class TrainerWorker(_WeightSyncEndpoint):
         )
         return True
 
-    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        """Forward to the plain trainer (train_step, sft_step, hf_state_dict, logprobs, ...)."""
-        return getattr(self.trainer, method)(*args, **kwargs)
+    # the plain trainer's endpoints (rlsvc/trainer/titan_trainer.py), one thin forward each;
+    # callers go through rlsvc/cluster/groups.py (TrainerGroup, ReferenceModel)
+    def train_step(self, batch: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, float]:
+        return self.trainer.train_step(batch, **kwargs)
+
+    def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float:
+        return self.trainer.sft_step(input_ids, loss_mask)
+
+    def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
+        return self.trainer.logprobs(input_ids, allowed_token_ids)
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        return self.trainer.hf_state_dict()
+
+    def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        self.trainer.load_hf_state_dict(sd)
+
+    def save_checkpoint(self, directory: str) -> None:
+        self.trainer.save_checkpoint(directory)
+
+    def load_checkpoint(self, directory: str) -> None:
+        self.trainer.load_checkpoint(directory)
+
+    def parameter_checksum(self) -> float:
+        return self.trainer.parameter_checksum()
 
     # weight sync (rlsvc/weight_sync): every rank stages (the gather is a collective); rank 0
     # is the source of the buckets
@@ -167,6 +205,28 @@ class TrainerWorker(_WeightSyncEndpoint):
         if manifest is not None:
             yield from self.publisher.buckets()
 
+    # the trainer halves of the transports' own steps (rlsvc/weight_sync/*.py), forwarded to the
+    # open endpoint
+    def ws_connect(self) -> bool:
+        """broadcast: join the process group with the rollout workers."""
+        return self.ws_endpoint.connect()  # type: ignore[no-any-return]
+
+    def ws_snapshot(self) -> Any:
+        """broadcast, shm, monarch: copy the staged weights where the transport keeps them."""
+        return self.ws_endpoint.snapshot()
+
+    def ws_send(self) -> float:
+        """broadcast: send the buckets."""
+        return self.ws_endpoint.send()  # type: ignore[no-any-return]
+
+    def ws_write(self, version: int, from_snapshot: bool) -> float:
+        """shm: write the weights into the shared file."""
+        return self.ws_endpoint.write(version, from_snapshot)  # type: ignore[no-any-return]
+
+    def ws_put(self) -> float:
+        """torchstore: put the weights into the store."""
+        return self.ws_endpoint.put()  # type: ignore[no-any-return]
+
     def ws_close(self) -> None:
         super().ws_close()
         if getattr(self, "publisher", None) is not None:
@@ -182,19 +242,18 @@ class TrainerWorker(_WeightSyncEndpoint):
 
 
 class EnvWorker:
-    """OpenEnv server + WebSocket sessions on a CPU node: BlackJack, or with `code` (the
-    `env.code` settings and the turn limit) the code-interpreter environment."""
+    """WebSocket sessions of the task's OpenEnv environment on a CPU node: to the OpenEnv server
+    this actor runs for the task, or to a remote one (`env.remote.url`)."""
 
-    def __init__(self, num_sessions: int, step_latency_s: float = 0.0, code: dict[str, Any] | None = None,
-                 then_stick_at: int | None = None) -> None:
-        from rlsvc.envs.openenv_pool import EnvPool, blackjack_spec, code_spec
+    def __init__(self, env: Any, num_sessions: int | None = None) -> None:
+        """`env`: the config's env section (the task is built here from it)."""
+        from rlsvc.envs.openenv_pool import EnvPool
+        from rlsvc.tasks.registry import load_task
 
-        spec = blackjack_spec(then_stick_at)
-        if code is not None:
-            from rlsvc.envs.code_interpreter import CodeEnvSettings
-
-            spec = code_spec(CodeEnvSettings(**code))
-        self.pool = EnvPool(num_sessions, step_latency_s=step_latency_s, spec=spec)
+        spec = load_task(env).env_spec()
+        url = env.remote.url
+        remote = {"url": url, "connect_timeout_s": env.remote.connect_timeout_s} if url else {}
+        self.pool = EnvPool(num_sessions or env.sessions_per_actor, step_latency_s=env.step_latency_ms / 1000, spec=spec, **remote)
         # A restarted actor (Ray ran this constructor again) has fresh sessions: an episode begun
         # on the dead one cannot go on here (cluster/fleet.py counts it lost).
         self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
@@ -218,15 +277,20 @@ class EnvWorker:
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
 
+    def stats(self) -> dict[str, int]:
+        """The pool's session counters (lost, reconnected, refused for capacity, open)."""
+        return self.pool.stats()
+
     def close(self) -> None:
         self.pool.close()
 
 
 class RewardWorker:
-    def __init__(self, invalid_action_penalty: float) -> None:
-        from rlsvc.rewards.blackjack import blackjack_rubric
+    def __init__(self, env: Any) -> None:
+        """`env`: the config's env section; the task's rubric scores the episodes."""
+        from rlsvc.tasks.registry import load_task
 
-        self.rubric = blackjack_rubric(invalid_action_penalty)
+        self.rubric = load_task(env).rubric(env.invalid_action_penalty)
 
     def score(self, episodes: list) -> list[float | None]:
         """Rewards only (None: the reward function failed on that episode); the episodes stay
@@ -238,17 +302,17 @@ class RewardWorker:
 
 
 class BufferWorker:
-    def __init__(self, capacity: int, max_staleness: int) -> None:
+    def __init__(self, capacity: int) -> None:
         from rlsvc.buffer.replay import ReplayBuffer
 
-        self.buffer = ReplayBuffer(capacity, max_staleness)
+        self.buffer = ReplayBuffer(capacity)
 
     def add(self, episodes: list) -> int:
         self.buffer.add(episodes)
         return len(self.buffer)
 
-    def sample(self, n: int, current_version: int) -> list:
-        return self.buffer.sample(n, current_version)
+    def sample(self, n: int) -> list:
+        return self.buffer.sample(n)
 
     def snapshot(self) -> dict:
         return self.buffer.snapshot()

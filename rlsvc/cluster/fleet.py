@@ -11,6 +11,8 @@ from typing import Any
 
 import ray
 
+from rlsvc.rollout.runner import RolloutWorkerLost
+
 log = logging.getLogger(__name__)
 
 
@@ -28,14 +30,6 @@ class LostEpisode:
 
 class EnvActorGone(RuntimeError):
     pass
-
-
-class RolloutWorkerLost(RuntimeError):
-    """Rollout workers died during a generate call (a crash, a lost node); `indices` says which."""
-
-    def __init__(self, indices: list[int]) -> None:
-        super().__init__(f"rollout workers {indices} died")
-        self.indices = indices
 
 
 class RayGenerator:

@@ -1,52 +1,56 @@
 """A pool of environment sessions (BlackJack, or the code interpreter) served by OpenEnv's real
 server and driven by its real client.
 
-`EnvPool` starts OpenEnv's FastAPI app (`create_app`) under uvicorn on 127.0.0.1 and opens one
-persistent WebSocket session per slot with OpenEnv's async `EnvClient`. OpenEnv's HTTP /reset and
-/step build a fresh environment per request, so multi-step episodes must go over WebSockets.
+`EnvPool` opens one persistent WebSocket session per slot with OpenEnv's async `EnvClient`, either
+against a server it starts in its own process (OpenEnv's FastAPI app, `create_app`, under uvicorn
+on 127.0.0.1, started by the same code as `python -m rlsvc.envs.serve`) or, given `url=`, against a
+server run separately: `rlsvc.envs.serve` in its own container, or a hosted sandbox. OpenEnv's
+HTTP /reset and /step build a fresh environment per request, so multi-step episodes must go over
+WebSockets.
 
-The server and the clients share one asyncio loop on one background thread: both sides are pure
-Python under one GIL, so a second thread would add hand-offs without adding parallelism. Callers
-use the blocking batched methods; each call fans out over its sessions with `asyncio.gather`
-(`measure_throughput` reports messages per second). `openenv.core` is imported only when a pool
-is built, because the import takes seconds. After a call times out the sessions' replies may be
-out of step: close the pool.
+Sessions live as long as their slot: a reset starts the next episode in the same session, one
+message, where a new session would cost a WebSocket handshake and a new environment on the server
+(for the code interpreter, a sandbox session too). So a pool never holds more sessions than it has
+slots; `close()` ends them, and when the holding process dies the kernel closes its sockets and
+the server frees them at once (a standalone server also pings, for hosts that vanish).
+
+A session whose connection fails (the server died, the connection was reset or closed, or no reply
+came within `call_timeout_s`) ends only its own episode: `step` returns a `LostObservation` for it
+(failed, so the runner drops its group) and the slot is reconnected at its next `reset`, which
+retries with exponential backoff and returns a `LostObservation` if the server stays away for
+`connect_timeout_s`. A server at its `max_concurrent_envs` is waited on, within the same bound. `stats()` counts all of it for the job's logs.
+
+The server (when in-process) and the clients share one asyncio loop on one background thread: both
+sides are pure Python under one GIL, so a second thread would add hand-offs without adding
+parallelism. Callers use the blocking batched methods; each call fans out over its sessions at once
+(`measure_throughput` reports messages per second). `openenv.core` is imported only when a pool is
+built, because the import takes seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
-import os
-import socket
+import logging
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from rlsvc.envs.serve import bind_socket, check_server, http_url, is_loopback, make_server, new_event_loop, wait_healthy
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
 _HOST = "127.0.0.1"
-
-
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    # uvloop (a uvicorn[standard] dependency) roughly halves per-message loop overhead.
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def _bind_free_socket(host: str) -> socket.socket:
-    """A listening-ready socket on a free port; handing it to uvicorn avoids a port race."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, 0))
-    return sock
+_MAX_BACKOFF_S = 8.0
+# OpenEnv answers a WebSocket it will not hold a session for with one of these errors, then closes it.
+_REFUSALS = ("CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR")
 
 
 @dataclass
@@ -61,6 +65,33 @@ class InvalidObservation:
     failed: bool = True
     outcome: str = "env_invalid"
     metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class LostObservation:
+    """What a session returns when its connection to the server failed (the server died, the
+    connection was reset or closed, no reply in time, no reconnect possible): the episode ends,
+    failed, and only its group is left out of training. Same shape as `InvalidObservation`."""
+
+    error: str
+    done: bool = True
+    reward: float = 0.0
+    failed: bool = True
+    outcome: str = "env_lost"
+    metadata: dict = field(default_factory=dict)
+
+
+class SessionRefused(ConnectionError):
+    """The server accepted the WebSocket, then refused it a session: it sent an error and closed
+    (OpenEnv does so when it is at `max_concurrent_envs`, or when its environment factory fails)."""
+
+    def __init__(self, url: str, code: str, message: str) -> None:
+        super().__init__(f"{url} refused a session ({code}: {message})")
+        self.code = code
+
+    @property
+    def at_capacity(self) -> bool:
+        return self.code == "CAPACITY_REACHED"
 
 
 @dataclass(frozen=True)
@@ -98,6 +129,8 @@ def _make_client_class(spec: EnvSpec) -> type:
     """OpenEnv's `EnvClient` specialised to the served action/observation types."""
     from openenv.core.client_types import StepResult
     from openenv.core.env_client import EnvClient
+    from websockets.asyncio.client import connect as ws_connect
+    from websockets.exceptions import ConnectionClosed, WebSocketException
 
     obs_cls, state_cls, payload = spec.observation_cls, spec.state_cls, spec.payload
 
@@ -116,6 +149,47 @@ def _make_client_class(spec: EnvSpec) -> type:
         def _parse_state(self, result: dict[str, Any]) -> Any:
             return state_cls(**result)
 
+        async def connect(self) -> PoolClient:
+            """Open the WebSocket and make sure the server holds a session for it. OpenEnv accepts
+            every WebSocket and only then refuses one it has no room for (an error, then close),
+            so one "state" request tells a held session from a refused one."""
+            if self._ws is not None:
+                return self
+            try:
+                ws = await ws_connect(
+                    self._ws_url,
+                    open_timeout=self._connect_timeout,
+                    max_size=self._max_message_size,
+                    # EnvClient.connect edits NO_PROXY around its await instead, which concurrent
+                    # reconnects would interleave; a loopback server never goes through a proxy.
+                    proxy=None if is_loopback(self._ws_url) else True,
+                )
+            except (OSError, WebSocketException) as e:  # refused, reset, timed out, bad handshake
+                raise ConnectionError(f"cannot connect to {self._ws_url}: {e}") from e
+            try:
+                await self._check_held(ws)
+            except BaseException:
+                ws.transport.abort()
+                raise
+            self._ws = ws
+            return self
+
+        async def _check_held(self, ws: Any) -> None:
+            try:
+                await ws.send(json.dumps({"type": "state"}))
+            except ConnectionClosed:
+                pass  # refused already; the reason may still be waiting to be read
+            try:
+                async with asyncio.timeout(self._connect_timeout):
+                    reply = json.loads(await ws.recv())
+            except ConnectionClosed as e:
+                raise SessionRefused(self._ws_url, "CLOSED", f"closed at once: {e}") from e
+            except TimeoutError as e:
+                raise ConnectionError(f"{self._ws_url} did not answer within {self._connect_timeout:g} s") from e
+            data = reply.get("data") or {}
+            if reply.get("type") == "error" and data.get("code") in _REFUSALS:
+                raise SessionRefused(self._ws_url, data["code"], str(data.get("message", "")))
+
         async def disconnect(self) -> None:
             # OpenEnv 0.3.0's server answers a "close" message by closing the socket itself and
             # logs a traceback when the client's close frame got there first (the base class
@@ -123,44 +197,91 @@ def _make_client_class(spec: EnvSpec) -> type:
             ws, self._ws = self._ws, None
             if ws is None:
                 return
-            await ws.send(json.dumps({"type": "close"}))
             try:
-                await asyncio.wait_for(ws.wait_closed(), timeout=5.0)
+                await ws.send(json.dumps({"type": "close"}))
+            except ConnectionClosed:
+                return  # closed by the server or the network already: nothing left to free
+            try:
+                async with asyncio.timeout(5.0):
+                    await ws.wait_closed()
             except TimeoutError:
-                await ws.close()
+                ws.transport.abort()  # a server that does not answer gets no handshake either
+
+        def abort(self) -> None:
+            """Drop the connection at once, without a closing handshake (a failed or silent
+            session: the server frees its session when the socket closes)."""
+            ws, self._ws = self._ws, None
+            if ws is not None:
+                ws.transport.abort()
 
     return PoolClient
 
 
 class EnvPool:
-    """`num_sessions` sessions of one environment (default BlackJack) behind OpenEnv's server;
-    batched, blocking API."""
+    """`num_sessions` sessions of one environment (default BlackJack), behind a server the pool
+    starts in its own process or, with `url`, behind a running OpenEnv server; batched, blocking
+    API."""
 
     def __init__(
         self,
         num_sessions: int,
         *,
+        url: str | None = None,
         start_timeout_s: float = 60.0,
         call_timeout_s: float = 60.0,
         step_latency_s: float = 0.0,
         spec: EnvSpec | None = None,
+        connect_timeout_s: float = 30.0,
+        backoff_s: float = 1.0,
     ) -> None:
+        """`url`: a running OpenEnv server for `spec`'s environment (`spec` then only says how to
+        parse its messages); None starts one here (within `start_timeout_s`) with room for
+        exactly `num_sessions` sessions.
+
+        `connect_timeout_s` bounds every wait for a session, against a server that is full,
+        restarting or not answering: construction then raises ConnectionError naming the URL; a
+        reset returns a `LostObservation` for that session. Within it, tries are spaced by
+        `backoff_s`, twice that, ... (at most 8 s): by default tries at 0, 1, 3, 7, 15, 23 and
+        30 s, enough for a server to restart, short enough to give up on one that is gone."""
         if num_sessions < 1:
             raise ValueError(f"num_sessions must be >= 1, got {num_sessions}")
+        if connect_timeout_s <= 0 or backoff_s < 0:
+            raise ValueError(f"connect_timeout_s must be > 0 and backoff_s >= 0, got {connect_timeout_s}, {backoff_s}")
+        from websockets.exceptions import ConnectionClosed
+
         self.num_sessions = num_sessions
         self.spec = spec or blackjack_spec()
         self._call_timeout_s = call_timeout_s
         self._step_latency_s = step_latency_s
+        self._connect_timeout_s = connect_timeout_s
+        self._backoff_s = backoff_s
+        # What a failed session raises: its connection closed, or (all OSErrors) a reset, a
+        # refused or timed-out reconnect, a refused session.
+        self._lost_errors: tuple[type[BaseException], ...] = (ConnectionClosed, OSError)
         self._closed = False
+        self._server: Any = None
         self._clients: list[Any] = []
-        self._loop = _new_event_loop()
+        self._broken: set[int] = set()  # slots whose session failed; reconnected at their next reset
+        self._stats = dict.fromkeys(("sessions_lost", "reconnects", "env_lost", "capacity_refusals"), 0)
+        self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlsvc-envpool", daemon=True)
         self._thread.start()
         try:
-            self._start_server(start_timeout_s)
-            self._clients = self._run(self._connect_all(), timeout=start_timeout_s)
+            if url is None:
+                self._start_server(start_timeout_s)
+            else:
+                self._url = http_url(url)
+                self.port = urlsplit(self._url).port
+            deadline = time.monotonic() + connect_timeout_s
+            if url is not None:
+                check_server(self._url, connect_timeout_s)  # one clear error when nobody answers
+            client_cls = _make_client_class(self.spec)
+            # No per-message timeout: asyncio.wait_for would wrap every reply in a new task;
+            # each batched call has one timeout instead (`call_timeout_s`).
+            self._clients = [client_cls(base_url=self._url, message_timeout_s=None) for _ in range(num_sessions)]
+            self._run(self._open_all(deadline), timeout=connect_timeout_s + 30.0)
         except BaseException:
-            self.close()
+            self.close()  # frees the sessions already opened
             raise
 
     # -- public API --------------------------------------------------------------------------
@@ -168,31 +289,35 @@ class EnvPool:
     @property
     def base_url(self) -> str:
         """HTTP address of the OpenEnv server."""
-        return f"http://{_HOST}:{self.port}"
+        return self._url
 
     def reset(self, session_ids: Sequence[int], seeds: Sequence[int]) -> list[Any]:
-        """Start a new episode in each session, from its seed."""
+        """Start a new episode in each session, from its seed. A session whose connection failed
+        (now or in an earlier call) is reconnected, with backoff, for up to `connect_timeout_s`;
+        one that cannot be comes back as a `LostObservation` instead of an error."""
         self._check_batch(session_ids, seeds)
-        clients = [self._clients[i] for i in session_ids]
-        calls = [c.reset(seed=int(s)) for c, s in zip(clients, seeds, strict=True)]
-        return [r.observation for r in self._run(_gather(calls), self._call_timeout_s)]
+        deadline = time.monotonic() + self._connect_timeout_s
+        timeout = self._connect_timeout_s + self._call_timeout_s
+        calls = [self._reset_one(i, int(s), deadline) for i, s in zip(session_ids, seeds, strict=True)]
+        return self._run(self._batch(session_ids, calls, timeout), timeout + 30.0)
 
     def step(self, session_ids: Sequence[int], actions: Sequence[Any]) -> list[Any]:
-        """Apply one action in each session ("hit"/"stand"; (kind, content) for code)."""
+        """Apply one action in each session ("hit"/"stand"; (kind, content) for code). A session
+        whose connection fails, or that does not answer within `call_timeout_s`, comes back as a
+        `LostObservation`; the other sessions' results are unaffected."""
         self._check_batch(session_ids, actions)
-        clients = [self._clients[i] for i in session_ids]
-        calls = [self._remote_step(c, a) for c, a in zip(clients, actions, strict=True)]
-        return [r.observation for r in self._run(_gather(calls), self._call_timeout_s)]
+        calls = [self._remote_step(i, a) for i, a in zip(session_ids, actions, strict=True)]
+        return self._run(self._batch(session_ids, calls, self._call_timeout_s), self._call_timeout_s + 30.0)
 
-    async def _remote_step(self, client: Any, action: str) -> Any:
-        if self._step_latency_s:
-            # a simulated remote sandbox: every step waits one round trip; sessions wait
-            # concurrently, as independent requests to a remote service would
-            await asyncio.sleep(self._step_latency_s)
-        return await client.step(action)
+    def stats(self) -> dict[str, int]:
+        """Counters since the pool opened, for the job's logs: `sessions_lost` (connections that
+        failed or went silent), `reconnects` (lost sessions opened again), `env_lost`
+        (`LostObservation`s returned: episodes dropped), `capacity_refusals` (sessions a full server
+        refused, then waited for) and `open_sessions` (slots holding a live session now)."""
+        return {**self._stats, "open_sessions": self.num_sessions - len(self._broken)}
 
     def close(self) -> None:
-        """Close every session, stop the server and its thread. Safe to call twice."""
+        """Close every session, stop the server (if in-process) and the thread. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
@@ -201,7 +326,7 @@ class EnvPool:
                 self._run(_gather([c.close() for c in self._clients]), timeout=30.0)
         finally:
             # Stop the server and the loop even when a session failed to close.
-            if getattr(self, "_server", None) is not None and not self._serve_future.done():
+            if self._server is not None and not self._serve_future.done():
                 self._server.should_exit = True
                 self._serve_future.result(timeout=30.0)
             self._loop.call_soon_threadsafe(self._loop.stop)
@@ -222,69 +347,118 @@ class EnvPool:
     # -- internals ---------------------------------------------------------------------------
 
     def _start_server(self, timeout_s: float) -> None:
-        import uvicorn
-        from openenv.core.env_server import create_app
-
-        spec = self.spec
-        app = create_app(
-            spec.env_factory,
-            spec.action_cls,
-            spec.observation_cls,
-            env_name=spec.name,
-            max_concurrent_envs=self.num_sessions,
-        )
-        sock = _bind_free_socket(_HOST)
-        self.port: int = sock.getsockname()[1]
-        config = uvicorn.Config(
-            app,
-            log_level="warning",
-            # Local, short-lived connections: keep-alive pings would only add traffic.
-            ws_ping_interval=None,
-            # Messages are ~100 bytes: compressing them costs more CPU than it saves.
-            ws_per_message_deflate=False,
-            backlog=max(2048, self.num_sessions),
-        )
-        self._server = uvicorn.Server(config)
-        self._serve_future = asyncio.run_coroutine_threadsafe(self._server.serve(sockets=[sock]), self._loop)
-        self._wait_healthy(timeout_s)
-
-    def _wait_healthy(self, timeout_s: float) -> None:
-        # No proxy handler: a configured HTTP proxy must not intercept 127.0.0.1.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if self._serve_future.done():
-                self._serve_future.result()  # re-raises the server's start-up error
-                raise RuntimeError("OpenEnv server exited during start-up")
-            try:
-                with opener.open(f"{self.base_url}/health", timeout=2.0) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError as err:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"OpenEnv server not healthy at {self.base_url}") from err
-            time.sleep(0.05)
-
-    async def _connect_all(self) -> list[Any]:
-        client_cls = _make_client_class(self.spec)
-        clients = [
-            # No per-message timeout: asyncio.wait_for would wrap every reply in a new task;
-            # each batched call has one timeout instead (`call_timeout_s`).
-            client_cls(base_url=self.base_url, message_timeout_s=None)
-            for _ in range(self.num_sessions)
-        ]
-        # EnvClient.connect adds localhost to NO_PROXY around its await and restores it after;
-        # concurrent connects would interleave those edits, so hold the value steady meanwhile.
-        saved = os.environ.get("NO_PROXY")
-        os.environ["NO_PROXY"] = f"{saved},localhost,127.0.0.1" if saved else "localhost,127.0.0.1"
+        # No keep-alive pings: the clients live in this process, so they cannot vanish alone.
+        server = make_server(self.spec, self.num_sessions, keepalive_s=None)
+        sock = bind_socket(_HOST, 0)
+        self.port: int | None = sock.getsockname()[1]
+        self._url = f"http://{_HOST}:{self.port}"
+        self._serve_future = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), self._loop)
+        self._server = server  # close() stops it from here on
         try:
-            await asyncio.gather(*(c.connect() for c in clients))
-        finally:
-            if saved is None:
-                os.environ.pop("NO_PROXY", None)
+            wait_healthy(self._url, timeout_s, exited=self._serve_future.done)
+        except RuntimeError:
+            self._serve_future.result()  # re-raises the server's start-up error, when it has one
+            raise
+
+    def _backoff(self, attempt: int) -> float:
+        # never 0: a server that refuses at once must not be asked in a busy loop
+        return max(0.05, min(self._backoff_s * 2**attempt, _MAX_BACKOFF_S))
+
+    async def _open_all(self, deadline: float) -> None:
+        # Every slot's attempt runs to its end (no gather fail-fast), so none is left connecting
+        # after a failure, and close() then frees every session that was opened.
+        results = await asyncio.gather(*(self._open(i, deadline) for i in range(self.num_sessions)), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            if isinstance(errors[0], ConnectionError):
+                raise ConnectionError(f"{len(errors)} of {self.num_sessions} sessions not opened: {errors[0]}") from errors[0]
+            raise errors[0]
+
+    async def _open(self, slot: int, deadline: float) -> None:
+        """Open `slot`'s session; while the server is full or does not answer, retry with backoff
+        until `deadline`."""
+        for attempt in itertools.count():
+            try:
+                await self._connect(slot)
+                return
+            except ConnectionError as e:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ConnectionError(f"{e}; gave up after {attempt + 1} tries in {self._connect_timeout_s:g} s") from e
+                await asyncio.sleep(min(self._backoff(attempt), left))
+
+    async def _connect(self, slot: int) -> None:
+        try:
+            await self._clients[slot].connect()
+        except SessionRefused as e:
+            if e.at_capacity:
+                self._stats["capacity_refusals"] += 1
+            raise
+
+    async def _reset_one(self, slot: int, seed: int, deadline: float) -> Any:
+        """Reset `slot`; a failed session (stale, refused, reset) is reopened with backoff until
+        `deadline`, then reported lost."""
+        tries = 0
+        while True:
+            try:
+                if slot in self._broken:
+                    await self._connect(slot)
+                    self._broken.discard(slot)
+                    self._stats["reconnects"] += 1
+                return (await self._clients[slot].reset(seed=seed)).observation
+            except self._lost_errors as e:
+                self._lose(slot, e)
+                tries += 1
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return self._lost(f"no session within {self._connect_timeout_s:g} s ({tries} tries): {type(e).__name__}: {e}")
+                await asyncio.sleep(min(self._backoff(tries - 1), left))
+
+    async def _remote_step(self, slot: int, action: Any) -> Any:
+        if slot in self._broken:
+            return self._lost("session lost in an earlier call; reset it to reconnect")
+        if self._step_latency_s:
+            # a simulated remote sandbox: every step waits one round trip; sessions wait
+            # concurrently, as independent requests to a remote service would
+            await asyncio.sleep(self._step_latency_s)
+        try:
+            return (await self._clients[slot].step(action)).observation
+        except self._lost_errors as e:
+            self._lose(slot, e)
+            return self._lost(f"{type(e).__name__}: {e}")
+
+    async def _batch(self, slots: Sequence[int], calls: list[Coroutine[Any, Any, Any]], timeout: float) -> list[Any]:
+        """One call per session, all at once. Every call is waited for (a failing one does not
+        leave the others' replies in flight); a session silent past `timeout` is dropped and comes
+        back lost, since its late reply would be taken for the answer to its next message."""
+        if not calls:
+            return []
+        lost_before = self._stats["sessions_lost"]
+        tasks = [asyncio.ensure_future(c) for c in calls]
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        out = []
+        for slot, task in zip(slots, tasks, strict=True):
+            if task in pending:
+                task.cancel()
+                self._lose(slot, TimeoutError(f"no reply within {timeout:g} s"))
+                out.append(self._lost(f"no reply within {timeout:g} s"))
             else:
-                os.environ["NO_PROXY"] = saved
-        return clients
+                out.append(task.result())
+        if self._stats["sessions_lost"] > lost_before:
+            log.warning("%d env sessions at %s lost in this call (%s)", self._stats["sessions_lost"] - lost_before, self._url, self.stats())
+        return out
+
+    def _lose(self, slot: int, error: BaseException) -> None:
+        """Mark `slot`'s session broken and drop its connection; its next reset reconnects it."""
+        if slot not in self._broken:
+            self._broken.add(slot)
+            self._stats["sessions_lost"] += 1
+            log.debug("env session %d at %s lost: %s: %s", slot, self._url, type(error).__name__, error)
+        self._clients[slot].abort()
+
+    def _lost(self, error: str) -> LostObservation:
+        self._stats["env_lost"] += 1
+        return LostObservation(error)
 
     def _check_batch(self, session_ids: Sequence[int], values: Sequence[Any]) -> None:
         if self._closed:
@@ -299,6 +473,8 @@ class EnvPool:
             raise IndexError(f"session ids {bad} outside [0, {self.num_sessions})")
 
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
+        # The batched calls bound their own waits; this timeout is a backstop. If it fires, the
+        # sessions' replies may be out of step: close the pool.
         future = asyncio.run_coroutine_threadsafe(coro, self._loop)
         try:
             return future.result(timeout)

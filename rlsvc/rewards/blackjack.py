@@ -1,21 +1,10 @@
-"""BlackJack's reward: the game's return, or a fixed penalty for an answer that is not an action."""
+"""BlackJack's reward: the game's return, or a fixed penalty for an answer that is not an action
+(the default task rubric, rlsvc/rewards/rubric.py; the names are kept for existing callers)."""
 
 from __future__ import annotations
 
-from rlsvc.buffer.replay import Episode
-from rlsvc.rewards.rubric import Rubric
+from rlsvc.rewards.rubric import env_return as game_return
+from rlsvc.rewards.rubric import env_return_rubric as blackjack_rubric
+from rlsvc.rewards.rubric import invalid_penalty as make_invalid_penalty
 
-
-def game_return(episode: Episode) -> float:
-    return 0.0 if episode.invalid else episode.env_return
-
-
-def make_invalid_penalty(penalty: float):
-    def invalid_penalty(episode: Episode) -> float:
-        return penalty if episode.invalid else 0.0
-
-    return invalid_penalty
-
-
-def blackjack_rubric(invalid_action_penalty: float) -> Rubric:
-    return Rubric([("game_return", 1.0, game_return), ("invalid", 1.0, make_invalid_penalty(invalid_action_penalty))])
+__all__ = ["blackjack_rubric", "game_return", "make_invalid_penalty"]

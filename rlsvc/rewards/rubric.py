@@ -36,3 +36,20 @@ class Rubric:
                 reward = None
             rewards.append(reward if reward is not None and math.isfinite(reward) else None)
         return rewards
+
+
+def env_return(episode: Episode) -> float:
+    """The environment's return (0 for an episode that ended on an invalid answer)."""
+    return 0.0 if episode.invalid else episode.env_return
+
+
+def invalid_penalty(penalty: float) -> RewardFn:
+    def invalid(episode: Episode) -> float:
+        return penalty if episode.invalid else 0.0
+
+    return invalid
+
+
+def env_return_rubric(invalid_action_penalty: float) -> Rubric:
+    """The default task reward: the environment's return, or the penalty for an invalid answer."""
+    return Rubric([("game_return", 1.0, env_return), ("invalid", 1.0, invalid_penalty(invalid_action_penalty))])

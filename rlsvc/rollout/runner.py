@@ -15,9 +15,18 @@ from typing import Any, Protocol
 from rlsvc.buffer.replay import Episode
 
 
+class RolloutWorkerLost(RuntimeError):
+    """Rollout workers died during a generate call (a crash, a lost node); `indices` says which."""
+
+    def __init__(self, indices: list[int]) -> None:
+        super().__init__(f"rollout workers {indices} died")
+        self.indices = indices
+
+
 class Generator(Protocol):
     def generate(self, prompts: list[list[int]], seeds: list[int]) -> list[dict]:
-        """One result per prompt: {"token_ids": [...], "logprobs": [...], "text": str}."""
+        """One result per prompt: {"token_ids": [...], "logprobs": [...], "text": str}; raises
+        `RolloutWorkerLost` when workers died during the call (the loop replaces them)."""
         ...
 
 

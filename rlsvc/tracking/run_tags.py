@@ -40,7 +40,7 @@ def run_tags(cfg: Config, resources: dict[str, float], num_nodes: int) -> dict[s
         "mlflow.source.git.commit": git_commit(),
         "rlsvc.config_hash": config_hash(cfg),
         "rlsvc.config_name": cfg.run.name,
-        "rlsvc.env": cfg.env.type,
+        "rlsvc.env": getattr(cfg.env, "task", cfg.env.type),
         "rlsvc.cluster_shape": cluster_shape(resources, num_nodes),
     }
 

@@ -159,7 +159,7 @@ class TitanTrainer(_PolicyBase):
         if self.device.type == "cuda" and self.device.index is not None:
             torch.cuda.set_device(self.device)
         backend = "nccl" if self.device.type == "cuda" else "gloo"
-        # a store (already listening, see rlsvc/cluster/rendezvous.py) or an init_method URL
+        # a store (already listening, see rlsvc/rendezvous.py) or an init_method URL
         where = {"store": store} if store is not None else {"init_method": init_method}
         dist.init_process_group(backend, rank=self.rank, world_size=self.world_size, **where)
         self._owns_group = True

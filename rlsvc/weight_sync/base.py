@@ -12,6 +12,11 @@ two halves, so the asynchronous loop can run them on different threads:
 
 `push(version)` is both, for the synchronous loop; a transport may overlap them. Every call
 returns its phases in seconds (gather, transfer, load) so the slow one is visible in MLflow.
+
+This package is plain Python (no Ray): the interface, and what runs inside a trainer or rollout
+process (rlsvc/weight_sync/endpoints.py, publisher.py, manifest.py, each transport's sender and
+receiver). The transports that drive those actors from the job's driver, and
+`build_weight_sync`, are in rlsvc/cluster/weight_sync/.
 """
 
 from __future__ import annotations
@@ -39,13 +44,6 @@ class Staged:
 
 
 class WeightSync(ABC):
-    def __init__(self, trainers: list[Any], rollout_workers: list[Any], bucket_bytes: int = 64 << 20, verify: bool = True) -> None:
-        import ray
-
-        self.trainers = trainers
-        self.workers = rollout_workers
-        ray.get([t.ws_configure.remote(bucket_bytes, verify) for t in trainers])
-
     @abstractmethod
     def stage(self, version: int) -> Staged:
         """Publish the trainer's current weights as `version` (all trainer ranks take part)."""
@@ -59,23 +57,11 @@ class WeightSync(ABC):
         staged = self.stage(version)
         return {**staged.timings, **self.apply(staged), "sync/total_s": time.perf_counter() - t0}
 
-    def _gather(self, version: int, lazy: bool = False) -> Manifest:
-        """Every trainer rank stages `version` (the FSDP gather is a collective); rank 0's manifest."""
-        import ray
-
-        return ray.get([t.ws_stage.remote(version, lazy) for t in self.trainers])[0]
-
+    @abstractmethod
     def close(self, timeout_s: float | None = None) -> None:
         """Release transport resources on every actor (files, registered buffers, stores); an
         actor that has died has nothing left to release, and one stuck past `timeout_s` (a
         trainer rank waiting in a collective for a dead peer) is about to be replaced."""
-        import ray
-
-        for ref in [t.ws_close.remote() for t in self.trainers] + [w.ws_close.remote() for w in self.workers]:
-            try:
-                ray.get(ref, timeout=timeout_s)
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-                pass
 
 
 def unavailable_reason(kind: str) -> str | None:
@@ -88,35 +74,3 @@ def unavailable_reason(kind: str) -> str | None:
 
         return torchstore_unavailable_reason()
     return None
-
-
-def build_weight_sync(kind: str, trainers: list[Any], rollout_workers: list[Any], bucket_mb: int = 64, verify: bool = True) -> WeightSync:
-    cls = _transport_class(kind)
-    return cls(trainers, rollout_workers, bucket_bytes=bucket_mb << 20, verify=verify)
-
-
-def _transport_class(kind: str) -> type[WeightSync]:
-    reason = unavailable_reason(kind)
-    if reason:
-        raise ValueError(reason)
-    if kind == "ray":
-        from rlsvc.weight_sync.ray_object_store import RayObjectStoreSync
-
-        return RayObjectStoreSync
-    if kind == "shm":
-        from rlsvc.weight_sync.shared_memory import ShmSync
-
-        return ShmSync
-    if kind == "broadcast":
-        from rlsvc.weight_sync.broadcast import BroadcastSync
-
-        return BroadcastSync
-    if kind == "monarch":
-        from rlsvc.weight_sync.monarch_rdma import MonarchSync
-
-        return MonarchSync
-    if kind == "torchstore":
-        from rlsvc.weight_sync.torchstore import TorchStoreSync
-
-        return TorchStoreSync
-    raise ValueError(f"weight_sync.type={kind!r} is not a transport (known: {', '.join(TRANSPORTS)})")

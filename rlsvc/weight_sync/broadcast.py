@@ -4,6 +4,9 @@ The group is its own gloo `ProcessGroupGloo` over a TCPStore hosted by the train
 default group: the trainer ranks already have one (FSDP) and so does each vLLM engine. Each bucket
 is one broadcast of a byte range of the flat buffer; a receiver starts bucket i+1 on the wire
 before copying bucket i into its engine. NCCL would replace gloo on GPUs.
+
+The two endpoints, run inside trainer rank 0 and each rollout worker; the driver side is
+rlsvc/cluster/weight_sync/broadcast.py.
 """
 
 from __future__ import annotations
@@ -11,23 +14,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import ray
 import torch
 import torch.distributed as dist
 
-from rlsvc.cluster.rendezvous import TIMEOUT, host, join
-from rlsvc.weight_sync.base import Staged, WeightSync
+from rlsvc.rendezvous import TIMEOUT, host, join
 from rlsvc.weight_sync.manifest import Manifest, views
 
 
 class GlooSender:
     """Opened in two calls: the store listens first (its address goes to the receivers), then
-    `connect` joins the group beside the receivers' own joins (gloo waits for every rank)."""
+    `connect` joins the group beside the receivers' own joins (gloo waits for every rank).
+    `node_ip`: this process's node address (rlsvc/rendezvous.py)."""
 
-    def __init__(self, publisher: Any, world: int) -> None:
+    def __init__(self, publisher: Any, node_ip: str, world: int) -> None:
         self.publisher = publisher
         self.world = world
-        self.store, self.address = host(world)
+        self.store, self.address = host(node_ip, world)
         self.pg: dist.ProcessGroupGloo | None = None
         self.flat: torch.Tensor | None = None
 
@@ -74,27 +76,3 @@ class GlooReceiver:
             start = ranges[i][0]
             self.engine.load_tensors(views(self.flat[start:], (manifest.specs[j] for j in bucket), base=start))
         return self.engine.finish_update()
-
-
-class BroadcastSync(WeightSync):
-    def __init__(self, trainers: list[Any], rollout_workers: list[Any], **kwargs: Any) -> None:
-        super().__init__(trainers, rollout_workers, **kwargs)
-        world = 1 + len(rollout_workers)
-        address = ray.get(trainers[0].ws_open.remote("broadcast", world))
-        ray.get(
-            [trainers[0].ws_call.remote("connect")]
-            + [w.ws_open.remote("broadcast", address, i + 1, world) for i, w in enumerate(rollout_workers)]
-        )
-
-    def stage(self, version: int) -> Staged:
-        t0 = time.perf_counter()
-        manifest = self._gather(version)
-        pack_s = ray.get(self.trainers[0].ws_call.remote("snapshot"))
-        return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
-
-    def apply(self, staged: Staged) -> dict[str, float]:
-        t0 = time.perf_counter()
-        send = self.trainers[0].ws_call.remote("send")
-        results = ray.get([w.ws_call.remote("receive", staged.manifest) for w in self.workers])
-        send_s = ray.get(send)
-        return {"sync/transfer_s": send_s, "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}

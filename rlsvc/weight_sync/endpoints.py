@@ -1,5 +1,6 @@
 """The per-process halves of the transports that need state inside the actors (a process group,
-registered buffers). Actors hold one endpoint and forward `ws_call(method, ...)` to it."""
+registered buffers). Actors hold one endpoint and forward the transport's steps to it
+(`ws_snapshot`, `ws_pull`, ...: rlsvc/cluster/actors.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 
 def open_endpoint(kind: str, side: str, owner: Any, *args: Any) -> Any:
-    """`owner` is the trainer's WeightPublisher (side="trainer") or the VLLMEngine ("rollout")."""
+    """`owner` is the trainer's WeightPublisher (side="trainer") or the VLLMEngine ("rollout");
+    `args` come from the transport's driver side (rlsvc/cluster/weight_sync/), e.g. this node's
+    address for the endpoints that listen on it."""
     if kind == "broadcast":
         from rlsvc.weight_sync.broadcast import GlooReceiver, GlooSender
 

@@ -9,7 +9,10 @@ handles (a few hundred bytes each) travel through Ray, and each worker issues ev
 The RDMA backend is ibverbs where the NICs have it and tcp elsewhere (this machine: tcp).
 
 Monarch's worker port is unauthenticated: the node address must be on the cluster's private
-network (see DESIGN.md).
+network (see docs/weight-sync.md).
+
+The two endpoints, run inside trainer rank 0 and each rollout worker; the driver side is
+rlsvc/cluster/weight_sync/monarch_rdma.py.
 """
 
 from __future__ import annotations
@@ -18,26 +21,31 @@ import time
 import warnings
 from typing import Any
 
-import ray
 import torch
 
-from rlsvc.weight_sync.base import Staged, WeightSync
 from rlsvc.weight_sync.manifest import Manifest, views
 
 READ_TIMEOUT_S = 300
 _joined = False
 
 
-def join_monarch() -> None:
-    """Make this (Ray-placed) process a Monarch proc on its node's address; idempotent."""
+def join_monarch(node_ip: str) -> None:
+    """Make this (Ray-placed) process a Monarch proc on its node's address `node_ip`; idempotent."""
     global _joined
     if _joined:
         return
     from monarch.actor import context, enable_transport
 
     # the "tcp" shortcut resolves the hostname and refuses loopback-only hosts; an explicit
-    # address also keeps Monarch on the interface Ray uses between nodes
-    enable_transport(f"tcp://{ray.util.get_node_ip_address()}:0")
+    # address also keeps Monarch on the interface Ray uses between nodes.
+    # `node_ip` is the address Ray registered for this process's node, looked up by the driver
+    # (rlsvc/cluster/weight_sync/base.py, `node_ips`): the value `ray.util.get_node_ip_address()`
+    # gives in this process, without importing Ray here. Ray puts no node IP in a worker's
+    # environment, and a socket-based guess (the interface of the default route) is wrong on a
+    # node whose Ray runs on another interface (`ray start --node-ip-address`, several NICs) or
+    # on loopback (a local job, rlsvc/cluster/ray_setup.py): peers on other nodes would dial an
+    # address Ray's network does not use.
+    enable_transport(f"tcp://{node_ip}:0")
     context()
     _joined = True
 
@@ -49,8 +57,8 @@ def backend() -> str:
 
 
 class RdmaSender:
-    def __init__(self, publisher: Any) -> None:
-        join_monarch()
+    def __init__(self, publisher: Any, node_ip: str) -> None:
+        join_monarch(node_ip)
         self.publisher = publisher
         # one registration per (slot, layout): the flat buffers are reused across versions
         self._registered: dict[int, tuple[torch.Tensor, list[Any]]] = {}
@@ -82,8 +90,8 @@ class RdmaSender:
 
 
 class RdmaReceiver:
-    def __init__(self, engine: Any) -> None:
-        join_monarch()
+    def __init__(self, engine: Any, node_ip: str) -> None:
+        join_monarch(node_ip)
         self.engine = engine
         self.flat = torch.empty(0, dtype=torch.uint8)
 
@@ -102,24 +110,3 @@ class RdmaReceiver:
             self.engine.load_tensors(views(self.flat[start:], (manifest.specs[j] for j in bucket), base=start))
         out = self.engine.finish_update()
         return {**out, "transfer_wait_s": wait_s, "pull_s": time.perf_counter() - t0}
-
-
-class MonarchSync(WeightSync):
-    def __init__(self, trainers: list[Any], rollout_workers: list[Any], **kwargs: Any) -> None:
-        super().__init__(trainers, rollout_workers, **kwargs)
-        ray.get([trainers[0].ws_open.remote("monarch")] + [w.ws_open.remote("monarch") for w in rollout_workers])
-
-    def stage(self, version: int) -> Staged:
-        t0 = time.perf_counter()
-        manifest = self._gather(version)
-        handles, pack_s = ray.get(self.trainers[0].ws_call.remote("snapshot"))
-        return Staged(manifest, handles, {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
-
-    def apply(self, staged: Staged) -> dict[str, float]:
-        t0 = time.perf_counter()
-        results = ray.get([w.ws_call.remote("pull", staged.manifest, staged.handles) for w in self.workers])
-        return {
-            "sync/transfer_s": max(r["pull_s"] - r["load_s"] for r in results),
-            "sync/load_s": max(r["load_s"] for r in results),
-            "sync/apply_s": time.perf_counter() - t0,
-        }

@@ -7,19 +7,19 @@ engine moves its live parameters into a file under /dev/shm and the others map t
 pending (generation refused), trainer rank 0 copies each tensor to its place in the file (the
 one copy of every byte), workers run vLLM's post-load step and check the digest of what they now
 serve. On GPUs the same shape is CUDA IPC between colocated processes.
+
+The two endpoints, run inside trainer rank 0 and each rollout worker; the driver side is
+rlsvc/cluster/weight_sync/shared_memory.py.
 """
 
 from __future__ import annotations
 
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import ray
 import torch
 
-from rlsvc.weight_sync.base import Staged, WeightSync
 from rlsvc.weight_sync.manifest import views
 
 SHM_DIR = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path("/tmp")
@@ -70,39 +70,3 @@ class ShmReceiver:
 
     def begin(self, manifest: Any) -> None:
         self.engine.begin_update(manifest, direct=True)
-
-
-class ShmSync(WeightSync):
-    def __init__(self, trainers: list[Any], rollout_workers: list[Any], **kwargs: Any) -> None:
-        super().__init__(trainers, rollout_workers, **kwargs)
-        nodes = set(ray.get([a.node_id.remote() for a in [trainers[0], *rollout_workers]]))
-        if len(nodes) > 1:
-            raise ValueError("weight_sync.type=shm needs trainer rank 0 and every rollout worker on one node; use monarch, ray or broadcast across nodes")
-        path = str(SHM_DIR / f"rlsvc-weights-{uuid.uuid4().hex[:12]}")
-        size, plan = ray.get(rollout_workers[0].ws_open.remote("shm", path, True))
-        ray.get([w.ws_open.remote("shm", path, False) for w in rollout_workers[1:]])
-        ray.get(trainers[0].ws_open.remote("shm", path, size, plan))
-
-    def _write(self, manifest: Any, from_snapshot: bool) -> dict[str, float]:
-        t0 = time.perf_counter()
-        ray.get([w.ws_call.remote("begin", manifest) for w in self.workers])
-        write_s = ray.get(self.trainers[0].ws_call.remote("write", manifest.version, from_snapshot))
-        results = ray.get([w.finish_update.remote() for w in self.workers])
-        return {"sync/transfer_s": write_s, "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}
-
-    def stage(self, version: int) -> Staged:
-        t0 = time.perf_counter()
-        manifest = self._gather(version)
-        pack_s = ray.get(self.trainers[0].ws_call.remote("snapshot"))
-        return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
-
-    def apply(self, staged: Staged) -> dict[str, float]:
-        return self._write(staged.manifest, from_snapshot=True)
-
-    def push(self, version: int) -> dict[str, float]:
-        """Synchronous: the trainer is idle, so it writes from its live parameters (one copy)."""
-        t0 = time.perf_counter()
-        manifest = self._gather(version, lazy=True)
-        out = self._write(manifest, from_snapshot=False)
-        return {"sync/gather_s": manifest.timings["gather_s"], **out, "sync/total_s": time.perf_counter() - t0}
-

@@ -3,6 +3,9 @@ its versioned key on trainer rank 0 (which hosts the store), `get_state_dict` in
 tensors on each rollout worker, then the usual in-place engine load. Used only where an installed
 TorchStore works with this Monarch (see availability.py); the processes join Monarch in place,
 as for the `monarch` transport.
+
+The two endpoints, run inside trainer rank 0 and each rollout worker; the driver side is
+rlsvc/cluster/weight_sync/torchstore.py.
 """
 
 from __future__ import annotations
@@ -12,10 +15,8 @@ import threading
 import time
 from typing import Any
 
-import ray
 import torch
 
-from rlsvc.weight_sync.base import Staged, WeightSync
 from rlsvc.weight_sync.manifest import KEY_PREFIX
 from rlsvc.weight_sync.monarch_rdma import join_monarch
 
@@ -41,10 +42,11 @@ def _key(version: int) -> str:
 class TorchStoreSender:
     """Hosts the store (controller and storage volume) in trainer rank 0's process; the
     controller handle goes to the workers through Ray, which is how TorchStore's own SPMD mode
-    shares a store between processes it did not spawn."""
+    shares a store between processes it did not spawn. `node_ip`: this process's node address
+    (`join_monarch`)."""
 
-    def __init__(self, publisher: Any) -> None:
-        join_monarch()
+    def __init__(self, publisher: Any, node_ip: str) -> None:
+        join_monarch(node_ip)
         self.publisher = publisher
         self.loop = _Loop()
         self.previous: tuple[int, list[str]] | None = None
@@ -83,8 +85,8 @@ class TorchStoreSender:
 
 
 class TorchStoreReceiver:
-    def __init__(self, engine: Any, controller: Any) -> None:
-        join_monarch()
+    def __init__(self, engine: Any, node_ip: str, controller: Any) -> None:
+        join_monarch(node_ip)
         self.engine = engine
         self.loop = _Loop()
         self.buffers: dict = {}
@@ -118,21 +120,3 @@ class TorchStoreReceiver:
 
         ts.reset_client(STORE)  # the trainer owns the store
         self.buffers.clear()
-
-
-class TorchStoreSync(WeightSync):
-    def __init__(self, trainers: list[Any], rollout_workers: list[Any], **kwargs: Any) -> None:
-        super().__init__(trainers, rollout_workers, **kwargs)
-        controller = ray.get(trainers[0].ws_open.remote("torchstore"))
-        ray.get([w.ws_open.remote("torchstore", controller) for w in rollout_workers])
-
-    def stage(self, version: int) -> Staged:
-        t0 = time.perf_counter()
-        manifest = self._gather(version)
-        put_s = ray.get(self.trainers[0].ws_call.remote("put"))
-        return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/put_s": put_s, "sync/stage_s": time.perf_counter() - t0})
-
-    def apply(self, staged: Staged) -> dict[str, float]:
-        t0 = time.perf_counter()
-        results = ray.get([w.ws_call.remote("pull", staged.manifest) for w in self.workers])
-        return {"sync/transfer_s": max(r["get_s"] for r in results), "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}

@@ -30,7 +30,7 @@ SENTINEL = "sk-sentinel-7f3a9c1e-do-not-log"
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 
 
-# Every rlsvc metric the job exports through Ray (rlsvc/tracking/ray_metrics.py), with the role it is
+# Every rlsvc metric the job exports through Ray (rlsvc/cluster/metrics.py), with the role it is
 # tagged with; Prometheus names carry Ray's `ray_` prefix.
 RAY_METRICS = {
     "rlsvc_episodes_per_second": "driver", "rlsvc_tokens_per_second": "rollout", "rlsvc_mean_return": "reward",

@@ -35,9 +35,9 @@ def env_fleet(ray_cluster):
     from rlsvc.cluster.actors import EnvWorker
 
     ray = ray_cluster
-    cfg = load_config(None, ["env.num_actors=2", f"env.sessions_per_actor={SESSIONS}", "faults.max_actor_restarts=3"])
+    cfg = load_config(None, ["env.num_actors=2", f"env.sessions_per_actor={SESSIONS}", "env.step_latency_ms=1500", "faults.max_actor_restarts=3"])
     opts = planned(cfg)["env"].options()  # unnamed: other tests may hold rlsvc-env-*
-    actors = [ray.remote(EnvWorker).options(**opts).remote(SESSIONS, 1.5) for _ in range(2)]  # 1.5 s per env step
+    actors = [ray.remote(EnvWorker).options(**opts).remote(cfg.env) for _ in range(2)]  # 1.5 s per env step
     fleet = RayEnvFleet(actors, SESSIONS)
     yield ray, actors, fleet
     for a in actors:
@@ -78,13 +78,15 @@ def test_episodes_begun_on_a_dead_env_actor_are_lost_on_its_successor(env_fleet)
 
 def test_reward_calls_survive_a_restart_and_a_nan_reward_drops_only_its_group(ray_cluster):
     from rlsvc.cluster.actors import RewardWorker
+    from rlsvc.cluster.groups import RewardClient
     from rlsvc.loop import score
 
     ray = ray_cluster
-    reward = ray.remote(RewardWorker).options(**planned(load_config(None, []))["reward"].options()).remote(-1.0)
+    cfg = load_config(None, [])
+    reward = ray.remote(RewardWorker).options(**planned(cfg)["reward"].options()).remote(cfg.env)
     episodes = [Episode(group_id=g, policy_version=0, env_return=r) for g, r in ((0, 1.0), (0, -1.0), (1, float("nan")), (1, 1.0))]
     ray.kill(reward, no_restart=False)  # the call below goes to the restarted actor
-    kept, dropped, errors = score(reward, episodes)
+    kept, dropped, errors = score(RewardClient(reward), episodes)
     assert [ep.reward for ep in kept] == [1.0, -1.0] and dropped == 1 and errors == 1
     assert episodes[2].failed and not episodes[3].failed  # the NaN one failed; its group went with it
     ray.kill(reward, no_restart=True)

@@ -15,10 +15,10 @@ pytestmark = pytest.mark.integration
 def services(ray_cluster, tmp_path_factory):
     from rlsvc.cluster.placement import plan
     from rlsvc.cluster.ray_setup import cluster_view
+    from rlsvc.cluster.services import start_services
     from rlsvc.config import load_config
     from rlsvc.job import prepare_model, setup_trainers
     from rlsvc.policy_io import BlackjackCodec
-    from rlsvc.services import start_services
 
     cfg = load_config(None, [
         "grpo.groups_per_step=4", "grpo.group_size=4", "env.sessions_per_actor=16", "model.warm_start_steps=5",

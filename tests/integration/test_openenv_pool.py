@@ -130,3 +130,49 @@ def test_an_invalid_observation_fails_only_its_episode():
         assert isinstance(hit, InvalidObservation) and hit.done and hit.failed and "player_sum" in hit.error
         assert not isinstance(stand, InvalidObservation) and stand.done and stand.outcome in ("win", "push", "loss")
         assert all(not o.done for o in buggy.reset([0, 1], [9, 10]))  # the session is usable again
+
+
+def test_a_dropped_connection_fails_only_its_episode(pool) -> None:
+    """A session whose connection breaks (here: reset under it) ends its own episode as lost;
+    the others play on, and the next reset of the slot reconnects it."""
+    from rlsvc.envs.openenv_pool import LostObservation
+
+    ids = [0, 1, 2]
+    pool.reset(ids, [21, 22, 23])
+    before = pool.stats()
+    pool._clients[1]._ws.transport.abort()
+    obs = pool.step(ids, ["stand"] * 3)
+    assert isinstance(obs[1], LostObservation) and obs[1].done and obs[1].failed and obs[1].outcome == "env_lost"
+    assert all(o.done and o.outcome in ("win", "push", "loss") for o in (obs[0], obs[2]))
+    (again,) = pool.step([1], ["hit"])  # still broken: lost at once, no message sent
+    assert isinstance(again, LostObservation)
+    assert all(not o.done for o in pool.reset(ids, [24, 25, 26]))
+    after = pool.stats()
+    assert after["sessions_lost"] - before["sessions_lost"] == 1 and after["reconnects"] - before["reconnects"] == 1
+    assert after["env_lost"] - before["env_lost"] == 2 and after["open_sessions"] == NUM_SESSIONS
+
+
+def test_a_silent_session_is_dropped_and_reconnected() -> None:
+    """A session with no reply within call_timeout_s comes back lost (its late reply would be
+    taken for its next message's); the server still holds it until its step ends, so the reset
+    waits for room, then reconnects."""
+    import asyncio
+
+    from rlsvc.envs.blackjack import BlackjackEnvironment
+    from rlsvc.envs.openenv_pool import EnvPool, EnvSpec, LostObservation, blackjack_spec
+
+    class SlowHit(BlackjackEnvironment):
+        async def step_async(self, action, timeout_s=None, **kwargs):
+            if action.action == "hit":
+                await asyncio.sleep(2.5)
+            return self.step(action)
+
+    base = blackjack_spec()
+    spec = EnvSpec("slow_blackjack", SlowHit, base.action_cls, base.observation_cls, base.state_cls, base.payload)
+    with EnvPool(2, spec=spec, call_timeout_s=1.0, backoff_s=0.2) as slow:
+        slow.reset([0, 1], [7, 8])
+        hit, stand = slow.step([0, 1], ["hit", "stand"])
+        assert isinstance(hit, LostObservation) and "no reply" in hit.error
+        assert stand.done and stand.outcome in ("win", "push", "loss")
+        assert all(not o.done for o in slow.reset([0, 1], [9, 10]))
+        assert slow.stats()["reconnects"] == 1 and slow.stats()["open_sessions"] == 2

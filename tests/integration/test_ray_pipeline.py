@@ -17,11 +17,11 @@ def job(ray_cluster, tmp_path_factory):
 
     from rlsvc.cluster.placement import plan
     from rlsvc.cluster.ray_setup import cluster_view
+    from rlsvc.cluster.services import start_services
     from rlsvc.config import load_config
     from rlsvc.job import prepare_model, setup_trainers
     from rlsvc.loop import GRPOLoop
     from rlsvc.policy_io import BlackjackCodec
-    from rlsvc.services import start_services
 
     cfg = load_config(None, [
         "grpo.groups_per_step=4", "grpo.group_size=4", "env.sessions_per_actor=8", "env.num_actors=2",
@@ -43,14 +43,14 @@ def test_warm_start_sync_and_grpo_steps(job):
     before = ray.get(svc.rollout[0].fingerprint.remote())
     loss = loop.warm_start(cfg.model.warm_start_steps)
     assert math.isfinite(loss)
-    ray.get(svc.reference.setup.remote(setup["model_cfg"], setup["kwargs"], None, svc.train_call("hf_state_dict")[0]))
+    svc.reference_model.setup(setup["model_cfg"], setup["kwargs"], svc.trainer_group.hf_state_dict())
     loop.sync_weights()
     after_warm = ray.get(svc.rollout[0].fingerprint.remote())
     assert after_warm != before  # the warm-started weights are live in the engine
 
-    checksum0 = svc.train_call("parameter_checksum")
+    checksum0 = svc.trainer_group.parameter_checksum()
     metrics, episodes = loop.step(0)
-    assert svc.train_call("parameter_checksum") != checksum0  # a trainer step moved the weights
+    assert svc.trainer_group.parameter_checksum() != checksum0  # a trainer step moved the weights
     assert ray.get(svc.rollout[0].fingerprint.remote()) != after_warm  # and the engine has them
     assert loop.version == 1 and metrics["staleness_max"] == 0
     assert len(episodes) == 16 and all(ep.outcome for ep in episodes)
@@ -75,7 +75,7 @@ def test_engine_outputs_follow_the_trainer(job):
     prompts = [loop.codec.encode(v) for v in views]
     engine = ray.get(svc.rollout[0].generate.remote(prompts, list(range(len(prompts))), True))
     full = torch.tensor([p + out["token_ids"] for p, out in zip(prompts, engine)])
-    trainer_lp = svc.train_call("logprobs", input_ids=full, allowed_token_ids=None)[0][:, -1]
+    trainer_lp = svc.trainer_group.logprobs(full)[:, -1]  # rows split over the 2 ranks
     engine_lp = torch.tensor([out["logprobs"][0] for out in engine])
     assert torch.allclose(trainer_lp, engine_lp, atol=1e-3)
 
@@ -111,20 +111,21 @@ def test_a_dead_trainer_rank_restarts_the_group_from_the_checkpoint(job, tmp_pat
     """Rank 1 of the 2-rank FSDP group dies (ray.kill): `recover` replaces both ranks and the
     reference, restores the newest checkpoint (weights, AdamW state, version, buffer), and syncs
     the rollout engine back to those weights; training goes on from there."""
-    from rlsvc.job import recover
+    from rlsvc.job import setup_trainers
+    from rlsvc.recovery import recover
     from rlsvc.training_checkpoint import save
 
     cfg, svc, loop, setup, ray = job
     save(tmp_path, 7, loop, None, {"mlflow_run_id": "x", "tracking_uri": "x", "elapsed_s": 0.0, "config_hash": "x"}, keep=2)
-    saved_version, checksum = loop.version, svc.train_call("parameter_checksum")[0]
+    saved_version, checksum = loop.version, svc.trainer_group.parameter_checksum()
     loop.step(loop.version)  # moves past the checkpoint
     old = list(svc.trainers)
     ray.kill(svc.trainers[1], no_restart=True)
     assert svc.dead_policy_actors() == ["rlsvc-trainer-1"]
-    step, best = recover(cfg, loop, tmp_path)
+    step, best = recover(loop, tmp_path, lambda: setup_trainers(cfg, svc))
     assert step == 7 and best is None and loop.version == saved_version
     assert all(new is not o for new, o in zip(svc.trainers, old)) and svc.dead_policy_actors() == []
-    assert svc.train_call("parameter_checksum")[0] == checksum  # the checkpoint's weights, on both new ranks
+    assert svc.trainer_group.parameter_checksum() == checksum  # the checkpoint's weights, on both new ranks
     assert ray.get(svc.rollout[0].version.remote()) == saved_version
     test_engine_outputs_follow_the_trainer(job)
     metrics, _ = loop.step(loop.version)  # and the new group trains (a collective over both ranks)

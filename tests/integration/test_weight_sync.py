@@ -41,11 +41,11 @@ def fleet(ray_cluster, tmp_path_factory):
 
 def perturb(trainers) -> None:
     """One optimiser step on both ranks, so every version has different weights."""
-    import ray
+    from rlsvc.cluster.groups import TrainerGroup
 
     ids = torch.randint(3, 60, (4, 8))
     mask = torch.ones_like(ids, dtype=torch.float32)
-    ray.get([t.call.remote("sft_step", ids[2 * r : 2 * r + 2], mask[2 * r : 2 * r + 2]) for r, t in enumerate(trainers)])
+    TrainerGroup(trainers).sft_step(ids, mask)  # rows 0-1 on rank 0, 2-3 on rank 1
 
 
 def assert_serving_trainer_weights(trainers, workers, version: int) -> None:
@@ -58,14 +58,15 @@ def assert_serving_trainer_weights(trainers, workers, version: int) -> None:
     for w in workers:
         out = ray.get(w.generate.remote(prompts, list(range(8)), True))
         full = torch.tensor([p + o["token_ids"] for p, o in zip(prompts, out)])
-        trainer_lp = ray.get([t.call.remote("logprobs", full) for t in trainers])[0][:, -1]
+        trainer_lp = ray.get([t.logprobs.remote(full) for t in trainers])[0][:, -1]
         engine_lp = torch.tensor([o["logprobs"][0] for o in out])
         assert torch.allclose(trainer_lp, engine_lp, atol=1e-4), (trainer_lp, engine_lp)
 
 
 @pytest.mark.parametrize("kind", ["ray", "shm", "broadcast", "monarch", "torchstore"])
 def test_transport_delivers_the_trainers_weights(fleet, kind) -> None:
-    from rlsvc.weight_sync.base import build_weight_sync, unavailable_reason
+    from rlsvc.cluster.weight_sync.base import build_weight_sync
+    from rlsvc.weight_sync.base import unavailable_reason
 
     trainers, workers = fleet
     reason = unavailable_reason(kind)
@@ -106,7 +107,7 @@ def test_transport_delivers_the_trainers_weights(fleet, kind) -> None:
 def test_a_worker_that_missed_versions_jumps_to_the_latest(fleet) -> None:
     import ray
 
-    from rlsvc.weight_sync.base import build_weight_sync
+    from rlsvc.cluster.weight_sync.base import build_weight_sync
 
     trainers, workers = fleet
     only_first = build_weight_sync("ray", trainers, workers[:1], bucket_mb=1)

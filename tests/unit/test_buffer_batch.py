@@ -19,19 +19,19 @@ def _ep(version: int, group: int = 0, reward: float = 0.0, n: int = 1) -> Episod
     return ep
 
 
-def test_staleness_bound_drops_old_versions():
-    buf = ReplayBuffer(capacity=100, max_staleness=1)
+def test_buffer_is_fifo_within_its_capacity():
+    """Staleness is the asynchronous producer's gate (tests/unit/test_staleness_gate.py), not
+    the buffer's: it keeps order and capacity, and says how old each episode is."""
+    buf = ReplayBuffer(capacity=3)
     buf.add([_ep(0), _ep(1), _ep(2), _ep(2)])
-    got = buf.sample(10, current_version=2)
-    assert [e.policy_version for e in got] == [1, 2, 2] and buf.dropped_stale == 1
-    assert max(buf.staleness(got, 2)) <= 1
-
-
-def test_on_policy_buffer_and_capacity():
-    buf = ReplayBuffer(capacity=2, max_staleness=0)
-    buf.add([_ep(3), _ep(3), _ep(3)])
-    assert len(buf) == 2 and buf.dropped_full == 1
-    assert buf.sample(10, current_version=4) == [] and buf.dropped_stale == 2
+    assert len(buf) == 3 and buf.dropped_full == 1
+    got = buf.sample(2)
+    assert [e.policy_version for e in got] == [1, 2] and len(buf) == 1
+    assert buf.staleness(got, 2) == [1, 0]
+    snap = buf.snapshot()
+    other = ReplayBuffer(capacity=3)
+    other.restore(snap)
+    assert [e.policy_version for e in other.sample(10)] == [2] and other.dropped_full == 1
     with pytest.raises(ValueError):
         ReplayBuffer(capacity=0)
 
@@ -81,7 +81,7 @@ def test_code_codec_renders_the_last_output_and_parses_answers():
     codec = CodeCodec(build_tokenizer("chars"), max_prompt_tokens=120)
     obs = SimpleNamespace(prompt="Write add(a, b).", turn=1, max_turns=3, stdout="7\n", error_type="NameError",
                           error_message="name 'x' is not defined", task="programming", timed_out=False)
-    text = codec.render(obs)
+    text = codec.task.render(obs)
     assert text.startswith("TASK: Write add(a, b).\nOUT: 7\n\nERR: NameError: name 'x' is not defined\nTURN 2/3") and text.endswith(">>> ")
     ids = codec.encode(obs)
     assert len(ids) <= 120 and ids[0] == codec.bos[0]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import socket
 
-from rlsvc.cluster.rendezvous import host, join
+from rlsvc.rendezvous import host, join
 
 
 def test_the_reported_port_is_the_listening_store():
-    store, address = host(world=2)
+    store, address = host("127.0.0.1", world=2)
     ip, port = address.removeprefix("tcp://").rsplit(":", 1)
     with socket.socket() as s:  # the port is taken by the store itself
         try:

@@ -5,6 +5,10 @@ bucket. The driver hands each bucket's reference to every rollout worker as soon
 a worker copies bucket i into its engine while bucket i+1 is being put. With
 RAY_ENABLE_ZERO_COPY_TORCH_TENSORS=1 (set for every worker, cluster/ray_setup.py) a bucket is one
 copy into shared memory and the workers read it in place: two copies end to end, overlapped.
+
+Driver side only: the trainer's half is its `ws_stream` generator and the publisher
+(rlsvc/cluster/actors.py, rlsvc/weight_sync/publisher.py); the workers' is `begin_update`,
+`load_bucket` and `finish_update`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from typing import Any
 
 import ray
 
-from rlsvc.weight_sync.base import Staged, WeightSync
+from rlsvc.cluster.weight_sync.base import RayWeightSync
+from rlsvc.weight_sync.base import Staged
 
 
 def _finish(workers: list[Any], begins: list[Any], loads: list[Any]) -> list[dict]:
@@ -24,7 +29,7 @@ def _finish(workers: list[Any], begins: list[Any], loads: list[Any]) -> list[dic
     return ray.get(finishes)
 
 
-class RayObjectStoreSync(WeightSync):
+class RayObjectStoreSync(RayWeightSync):
     def _stream(self, version: int) -> tuple[Any, list[Any], Any]:
         gen = self.trainers[0].ws_stream.options(num_returns="streaming").remote(version)
         others = [t.ws_stage.remote(version) for t in self.trainers[1:]]  # their half of the gather

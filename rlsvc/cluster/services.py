@@ -1,4 +1,5 @@
-"""Start (and stop) every actor of a job, each placed on its node group."""
+"""Start (and stop) every actor of a job, each placed on its node group, and hand the GRPO loop
+typed handles over them (rlsvc/cluster/groups.py)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,21 @@ import ray
 
 from rlsvc.cluster.actors import BufferWorker, EnvWorker, RewardWorker, RolloutWorker, TrainerWorker
 from rlsvc.cluster.fleet import RayEnvFleet, RayGenerator
+from rlsvc.cluster.groups import ReferenceModel, ReplayBufferClient, RewardClient, TrainerGroup
 from rlsvc.cluster.placement import Placement, Role, actor_name
+from rlsvc.cluster.weight_sync.base import build_weight_sync
 from rlsvc.config import Config
+from rlsvc.weight_sync.base import WeightSync
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class Services:
+    """The job's actors (`rollout`, `trainers`, ... : Ray handles, for starting, replacing and
+    stopping them) and the typed handles the GRPO loop calls (`generator`, `fleet`,
+    `trainer_group`, `reference_model`, `buffer_client`, `reward_client`)."""
+
     rollout: list[Any]
     trainers: list[Any]
     reference: Any | None
@@ -39,11 +47,32 @@ class Services:
         ref = [self.reference] if self.reference is not None else []
         return [*self.rollout, *self.trainers, *ref, *self.envs, self.reward, self.buffer]
 
-    def train_call(self, method: str, shards: list[Any] | None = None, **kwargs: Any) -> list[Any]:
-        """Call `method` on every trainer rank (rank i gets shards[i]) and wait for all."""
-        if shards is None:
-            return ray.get([t.call.remote(method, **kwargs) for t in self.trainers])
-        return ray.get([t.call.remote(method, s, **kwargs) for t, s in zip(self.trainers, shards)])
+    @property
+    def trainer_group(self) -> TrainerGroup:
+        """The trainer ranks (follows `restart_policy_group`, which replaces them in place)."""
+        return TrainerGroup(self.trainers)
+
+    @property
+    def reference_model(self) -> ReferenceModel | None:
+        """The reference policy for the KL term; None without one (grpo.kl_coef = 0)."""
+        return ReferenceModel(self.reference) if self.reference is not None else None
+
+    @property
+    def buffer_client(self) -> ReplayBufferClient:
+        return ReplayBufferClient(self.buffer)
+
+    @property
+    def reward_client(self) -> RewardClient:
+        return RewardClient(self.reward)
+
+    def weight_sync(self, kind: str, bucket_mb: int = 64, verify: bool = True) -> WeightSync:
+        """A weight-sync transport from the current trainer ranks to the current rollout workers
+        (build a new one after either set changes)."""
+        return build_weight_sync(kind, self.trainers, self.rollout, bucket_mb, verify)
+
+    def rewind_rollout(self, version: int) -> None:
+        """Every rollout worker back to the weights it held at `version` (a checkpoint's)."""
+        ray.get([w.rewind.remote(version) for w in self.rollout])
 
     def replace_rollout(self, index: int, timeout_s: float = 60.0) -> Any:
         """Start a new rollout worker in place of dead worker `index` (once Ray has released
@@ -141,12 +170,9 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         return trainers, (_actor(TrainerWorker, placement["reference"])(0, 1) if cfg.grpo.kl_coef > 0 else None)
 
     trainers, reference = make_policy_group()
-    latency = cfg.env.step_latency_ms / 1000
-    code = {**cfg.env.code.model_dump(), "max_turns": cfg.env.max_turns} if cfg.env.type == "code" else None
-    envs = [_actor(EnvWorker, placement["env"], i)(cfg.env.sessions_per_actor, latency, code, cfg.env.then_stick_at)
-            for i in range(cfg.env.num_actors)]
-    reward = _actor(RewardWorker, placement["reward"])(cfg.env.invalid_action_penalty)
-    buffer = _actor(BufferWorker, placement["buffer"])(cfg.buffer.capacity, cfg.buffer.max_staleness)
+    envs = [_actor(EnvWorker, placement["env"], i)(cfg.env) for i in range(cfg.env.num_actors)]
+    reward = _actor(RewardWorker, placement["reward"])(cfg.env)
+    buffer = _actor(BufferWorker, placement["buffer"])(cfg.buffer.capacity)
     return Services(
         rollout=rollout,
         trainers=trainers,

@@ -11,15 +11,14 @@ from __future__ import annotations
 import datetime
 from urllib.parse import urlparse
 
-import ray
 import torch.distributed as dist
 
 TIMEOUT = datetime.timedelta(minutes=5)
 
 
-def host(world: int) -> tuple[dist.TCPStore, str]:
-    """The rank-0 store, already listening on this node, and the address the other ranks join."""
-    ip = ray.util.get_node_ip_address()
+def host(ip: str, world: int) -> tuple[dist.TCPStore, str]:
+    """The rank-0 store, already listening on this node's address `ip`, and the address the
+    other ranks join."""
     store = dist.TCPStore(ip, 0, world, True, timeout=TIMEOUT, wait_for_workers=False)
     return store, f"tcp://{ip}:{store.port}"
 

@@ -1,0 +1,129 @@
+"""Typed handles over the job's Ray actors, so the GRPO loop calls plain methods and never Ray.
+
+Each handle owns its fan-out: `TrainerGroup` splits a batch over the data-parallel ranks, calls
+every rank (FSDP collectives need all of them) and folds the answers back into one; the others
+wrap a single actor. The GRPO loop (rlsvc/loop.py) sees only these methods, so its unit tests
+pass in-process fakes with the same names (tests/unit/test_grpo_loop.py).
+
+Faults are Ray's, unchanged: a dead actor's `RayActorError` (or `ActorUnavailableError`)
+propagates out of these calls to the job's recovery (rlsvc/job.py); the reward and buffer actors
+are started with `max_task_retries` (cluster/placement.py), so Ray repeats their calls on a
+restarted actor underneath `RewardClient.score` and the `ReplayBufferClient` calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+import torch
+
+from rlsvc.buffer.replay import Episode
+from rlsvc.trainer.batch import split_batch
+
+
+class TrainerGroup:
+    """The data-parallel trainer ranks (TrainerWorker actors). `ranks` is the job's own list of
+    actors, replaced in place when the policy group restarts, so this handle follows it."""
+
+    def __init__(self, ranks: list[Any]) -> None:
+        self.ranks = ranks
+
+    @property
+    def world_size(self) -> int:
+        return len(self.ranks)
+
+    def _split(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        return split_batch(batch, len(self.ranks))
+
+    def setup(self, model_cfg: dict, trainer_kwargs: dict, init_hf_state_dict: dict | None = None) -> None:
+        """Build the trainer on every rank; ranks join one process group when there are several."""
+        rendezvous = ray.get(self.ranks[0].rendezvous_address.remote()) if len(self.ranks) > 1 else None
+        ray.get([t.setup.remote(model_cfg, trainer_kwargs, rendezvous, init_hf_state_dict) for t in self.ranks])
+
+    def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float:
+        """One supervised step on the batch, split over the ranks; rank 0's loss."""
+        shards = self._split({"input_ids": input_ids, "loss_mask": loss_mask})
+        losses = ray.get([t.sft_step.remote(s["input_ids"], s["loss_mask"]) for t, s in zip(self.ranks, shards)])
+        return float(losses[0])
+
+    def train_step(self, batch: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, float]:
+        """One GRPO optimiser step on `batch`, split over the ranks; rank 0's metrics (the
+        trainer all-reduces them)."""
+        shards = self._split(batch)
+        return ray.get([t.train_step.remote(s, **kwargs) for t, s in zip(self.ranks, shards)])[0]  # type: ignore[no-any-return]
+
+    def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
+        """[N, T] token logprobs: rows split over the ranks, answers concatenated in order. A
+        batch with fewer rows than ranks goes whole to every rank (rank 0's answer)."""
+        if input_ids.shape[0] < len(self.ranks):
+            return ray.get([t.logprobs.remote(input_ids, allowed_token_ids) for t in self.ranks])[0]  # type: ignore[no-any-return]
+        shards = self._split({"input_ids": input_ids})
+        return torch.cat(ray.get([t.logprobs.remote(s["input_ids"], allowed_token_ids) for t, s in zip(self.ranks, shards)]))
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full weights in Hugging Face layout (every rank takes part in the gather); rank 0's."""
+        return ray.get([t.hf_state_dict.remote() for t in self.ranks])[0]  # type: ignore[no-any-return]
+
+    def save_checkpoint(self, directory: str) -> None:
+        """Model and optimiser, sharded: every rank writes its own shards."""
+        ray.get([t.save_checkpoint.remote(directory) for t in self.ranks])
+
+    def load_checkpoint(self, directory: str) -> None:
+        ray.get([t.load_checkpoint.remote(directory) for t in self.ranks])
+
+    def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        ray.get([t.load_hf_state_dict.remote(sd) for t in self.ranks])
+
+    def parameter_checksum(self) -> float:
+        """A scalar digest of the weights (every rank takes part); rank 0's."""
+        return ray.get([t.parameter_checksum.remote() for t in self.ranks])[0]  # type: ignore[no-any-return]
+
+
+class ReferenceModel:
+    """The frozen reference policy for the KL term: one TrainerWorker (rank 0 of 1)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def setup(self, model_cfg: dict, trainer_kwargs: dict, hf_state_dict: dict | None) -> None:
+        ray.get(self.actor.setup.remote(model_cfg, trainer_kwargs, None, hf_state_dict))
+
+    def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
+        return ray.get(self.actor.logprobs.remote(input_ids, allowed_token_ids))  # type: ignore[no-any-return]
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        return ray.get(self.actor.hf_state_dict.remote())  # type: ignore[no-any-return]
+
+
+class ReplayBufferClient:
+    """The replay buffer actor (BufferWorker)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def add(self, episodes: list[Episode]) -> int:
+        """Add scored episodes; returns the buffer's depth."""
+        return ray.get(self.actor.add.remote(episodes))  # type: ignore[no-any-return]
+
+    def sample(self, n: int) -> list[Episode]:
+        """Take up to `n` of the oldest episodes."""
+        return ray.get(self.actor.sample.remote(n))  # type: ignore[no-any-return]
+
+    def snapshot(self) -> dict:
+        return ray.get(self.actor.snapshot.remote())  # type: ignore[no-any-return]
+
+    def restore(self, snap: dict) -> int:
+        return ray.get(self.actor.restore.remote(snap))  # type: ignore[no-any-return]
+
+
+class RewardClient:
+    """The reward actor (RewardWorker): the task's rubric, run off the driver."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def score(self, episodes: list[Episode]) -> list[float | None]:
+        """One reward per episode (None: the reward function failed on it). The episodes stay
+        with the caller; only the rewards come back."""
+        return ray.get(self.actor.score.remote(episodes))  # type: ignore[no-any-return]

@@ -1,0 +1,76 @@
+"""The driver half shared by every transport (set-up, gather, close through the actors' handles)
+and `build_weight_sync`, which picks a transport by `weight_sync.type`. The interface itself is
+rlsvc/weight_sync/base.py."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import ray
+
+from rlsvc.weight_sync.base import TRANSPORTS, WeightSync, unavailable_reason
+
+if TYPE_CHECKING:
+    from rlsvc.weight_sync.manifest import Manifest
+
+
+class RayWeightSync(WeightSync):
+    """A transport between trainer ranks (`TrainerWorker` handles) and rollout workers
+    (`RolloutWorker` handles), driven from the job's driver."""
+
+    def __init__(self, trainers: list[Any], rollout_workers: list[Any], bucket_bytes: int = 64 << 20, verify: bool = True) -> None:
+        self.trainers = trainers
+        self.workers = rollout_workers
+        ray.get([t.ws_configure.remote(bucket_bytes, verify) for t in trainers])
+
+    def _gather(self, version: int, lazy: bool = False) -> Manifest:
+        """Every trainer rank stages `version` (the FSDP gather is a collective); rank 0's manifest."""
+        return ray.get([t.ws_stage.remote(version, lazy) for t in self.trainers])[0]
+
+    def close(self, timeout_s: float | None = None) -> None:
+        for ref in [t.ws_close.remote() for t in self.trainers] + [w.ws_close.remote() for w in self.workers]:
+            try:
+                ray.get(ref, timeout=timeout_s)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                pass
+
+
+def node_ips(actors: list[Any]) -> list[str]:
+    """The IP address Ray registered for each actor's node (what `ray.util.get_node_ip_address()`
+    returns inside the actor): for the endpoints that listen on their node's address (the
+    broadcast group's store, Monarch's transport), which are plain Python and do not ask Ray."""
+    node_ids = ray.get([a.node_id.remote() for a in actors])
+    address = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
+    return [address[i] for i in node_ids]
+
+
+def build_weight_sync(kind: str, trainers: list[Any], rollout_workers: list[Any], bucket_mb: int = 64, verify: bool = True) -> WeightSync:
+    cls = _transport_class(kind)
+    return cls(trainers, rollout_workers, bucket_bytes=bucket_mb << 20, verify=verify)
+
+
+def _transport_class(kind: str) -> type[RayWeightSync]:
+    reason = unavailable_reason(kind)
+    if reason:
+        raise ValueError(reason)
+    if kind == "ray":
+        from rlsvc.cluster.weight_sync.ray_object_store import RayObjectStoreSync
+
+        return RayObjectStoreSync
+    if kind == "shm":
+        from rlsvc.cluster.weight_sync.shared_memory import ShmSync
+
+        return ShmSync
+    if kind == "broadcast":
+        from rlsvc.cluster.weight_sync.broadcast import BroadcastSync
+
+        return BroadcastSync
+    if kind == "monarch":
+        from rlsvc.cluster.weight_sync.monarch_rdma import MonarchSync
+
+        return MonarchSync
+    if kind == "torchstore":
+        from rlsvc.cluster.weight_sync.torchstore import TorchStoreSync
+
+        return TorchStoreSync
+    raise ValueError(f"weight_sync.type={kind!r} is not a transport (known: {', '.join(TRANSPORTS)})")

@@ -1,0 +1,141 @@
+"""The task interface: everything the training loop needs to know about one environment.
+
+A task bundles:
+- how episodes are reached: an OpenEnv environment the env actors serve (`env_spec`), or a
+  remote OpenEnv server by URL (`remote_url`, or the config's `env.remote.url`);
+- how an observation becomes the policy's input (`render`: text, or chat messages);
+- how sampled text becomes an action (`parse`: None is an invalid answer, which ends the
+  episode with `env.invalid_action_penalty`);
+- how an episode is scored (`rubric`: the environment's reward plus the invalid-answer penalty
+  by default; any reward functions over the transcript);
+- its metrics (`metrics`), and optional hooks: warm-start data (`warm_start_examples`), an exact
+  greedy evaluator (`validate`), and an evaluation of the saved policy (`evaluate`).
+
+The loop, the job and the actors only see this interface. Tasks are selected by `env.type` (the
+built-in ones, `rlsvc/tasks/registry.py`), by entry point (group `rlsvc.tasks`), or by import
+path (`env.task=package.module:factory`); docs/tasks.md has a worked example. A task is built
+once in every process that needs it (driver, env and reward actors) from the same config section,
+so it must be cheap to build and must not hold open resources.
+
+This module imports neither torch, Ray nor OpenEnv.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rlsvc.buffer.replay import Episode
+    from rlsvc.envs.openenv_pool import EnvSpec
+    from rlsvc.rewards.rubric import Rubric
+
+Prompt = str | list[dict[str, str]]
+"""What the policy reads: plain text, or chat messages ({"role": ..., "content": ...})."""
+
+GreedyChooser = Callable[[Sequence[Any], Sequence[str]], list[int]]
+"""(observations, candidate answers) -> for each observation, the index of the answer the
+current policy finds most likely (the sum of its tokens' logprobs after the rendered prompt)."""
+
+
+class Task(ABC):
+    """One environment as the loop sees it. Subclass it, implement the three abstract methods,
+    and override the optional hooks your task has."""
+
+    name: str = "task"
+    """Short name: MLflow tag `rlsvc.env`, transcripts, checkpoint metadata."""
+    outcomes: tuple[str, ...] = ("invalid", "truncated")
+    """Episode outcomes reported as `<outcome>_rate` metrics (the environment sets `outcome` on
+    its final observation; the loop sets `invalid` and `truncated`)."""
+    remote_url: str | None = None
+    """Where this task's OpenEnv server runs when it is not served by the env actors themselves
+    (`env.remote.url` overrides it). None: the env actors serve `env_spec()`."""
+
+    # -- reaching episodes ---------------------------------------------------------------------
+
+    @abstractmethod
+    def env_spec(self) -> EnvSpec:
+        """The OpenEnv environment factory and its Action/Observation/State types, and how an
+        action (as `parse` returns it) becomes the step payload. Called in the env actors (and
+        by `python -m rlsvc.envs.serve`); the observation type is also what a remote server's
+        replies are parsed into."""
+
+    # -- the policy's input and output ---------------------------------------------------------
+
+    @abstractmethod
+    def render(self, observation: Any) -> Prompt:
+        """The prompt for one decision: text, or chat messages (rendered with the tokenizer's
+        chat template and its generation prompt)."""
+
+    @abstractmethod
+    def parse(self, text: str) -> Any | None:
+        """The action for the environment from the sampled text; None when the text is not a
+        valid answer (the episode ends there and scores `env.invalid_action_penalty`)."""
+
+    def answers(self) -> list[str] | None:
+        """A fixed set of answers, if the task has one (BlackJack: HIT, STAND). It makes
+        `rollout.constrained_actions` possible (each answer must then be one token), and it is
+        what `validate` and the warm start choose among. None: free text."""
+        return None
+
+    def prompt_key(self, observation: Any) -> Hashable | None:
+        """A key under which the rendered prompt's tokens may be cached (tasks with few
+        distinct observations); None: do not cache."""
+        return None
+
+    def observe(self, observation: Any) -> dict[str, Any]:
+        """What a transcript keeps of an observation (default: its fields, minus OpenEnv's)."""
+        dump = observation.model_dump() if hasattr(observation, "model_dump") else dict(vars(observation))
+        return {k: v for k, v in dump.items() if k not in ("done", "reward", "metadata")}
+
+    # -- scoring and metrics ----------------------------------------------------------------
+
+    def rubric(self, invalid_action_penalty: float) -> Rubric:
+        """Reward functions over a finished episode, weighted (rlsvc/rewards/rubric.py). Default:
+        the environment's return, plus the penalty for an invalid answer."""
+        from rlsvc.rewards.rubric import env_return_rubric
+
+        return env_return_rubric(invalid_action_penalty)
+
+    def metrics(self, episodes: list[Episode]) -> dict[str, float]:
+        """Per-step metrics of the played episodes (default: the rate of each outcome)."""
+        return outcome_rates(episodes, self.outcomes)
+
+    # -- optional hooks -----------------------------------------------------------------------
+
+    def warm_start_examples(self, rng: random.Random, n: int) -> list[tuple[Any, str]] | None:
+        """(observation, answer) pairs for a short supervised warm start that teaches only the
+        answer format (`model.warm_start_steps`), standing in for a pretrained model that knows
+        it. None: the task has none (then `model.warm_start_steps` must be 0)."""
+        return None
+
+    def validate(self, choose: GreedyChooser, episodes: int, seed: int) -> float | None:
+        """Mean return of the trainer's greedy policy, played exactly (`eval.every_steps`);
+        `choose` picks among `answers()`. None: the task has no such evaluator (then
+        `eval.every_steps` must be 0)."""
+        return None
+
+    def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float] | None:
+        """Scores of the saved policy (a Hugging Face folder) on `episodes` held-out episodes
+        (`eval.episodes`). None: the task has no such evaluation (then `eval.episodes` must be 0)."""
+        return None
+
+    # -- what the job checks before any actor starts -------------------------------------------
+
+    def has(self, hook: str) -> bool:
+        """Whether this task overrides the optional hook `hook`."""
+        return getattr(type(self), hook) is not getattr(Task, hook)
+
+
+def outcome_rates(episodes: list[Episode], outcomes: Sequence[str]) -> dict[str, float]:
+    n = max(len(episodes), 1)
+    counts = Counter(ep.outcome for ep in episodes)
+    return {f"{o}_rate": counts[o] / n for o in outcomes}
+
+
+class TaskError(ValueError):
+    """A task that cannot be found or built, phrased as one line naming the setting."""
