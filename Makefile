@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install crds run test test-fast lint bench bench-sync bench-env bench-sandbox clean
+.PHONY: install crds run test test-fast lint format bench bench-sync bench-env bench-sandbox clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,14 +26,22 @@ crds: install
 run: install
 	$(BIN)/python -m rlsvc.train $(ARGS)
 
-test: install crds
+test: install crds lint
 	$(BIN)/python -m pytest tests --durations=25
 
 test-fast: install
 	$(BIN)/python -m pytest tests -m "not integration and not e2e"
 
+# ruff lint and format, over everything the project writes (make format rewrites)
+LINTED := rlsvc tests benchmarks scripts examples
+
 lint: install
-	$(BIN)/ruff check rlsvc tests
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+
+format: install
+	$(BIN)/ruff format $(LINTED)
+	$(BIN)/ruff check --fix $(LINTED)
 
 # the whole suite (rollout vs HF generate, weight sync, step anatomy, vs TRL, scaling): writes
 # benchmarks/results/latest.{json,md}; about 25 minutes here (benchmarks/__main__.py)

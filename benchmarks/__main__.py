@@ -48,22 +48,56 @@ class Bench:
 
 
 SUITE = [
-    Bench("rollout", "Rollout throughput: rlsvc's rollout worker (vLLM) vs Hugging Face generate", "rollout_throughput",
-          ["--batches", "1", "16", "256"], ["--batches", "1", "16", "--tokens", "8", "--repeats", "1"], 300),
-    Bench("weight_sync", "Weight sync per transport vs memcpy", "weight_sync",
-          ["--sizes", "10,100,500", "--transports", "shm,ray,broadcast,monarch"], ["--sizes", "10", "--transports", "shm,ray", "--repeats", "1"], 600),
-    Bench("anatomy", "Step anatomy and orchestration overhead, default config, sync and async", "step_anatomy",
-          ["--steps", "40"], ["--steps", "4", "--eval-episodes", "200"], 600),
-    Bench("trl", "rlsvc vs TRL GRPOTrainer on single-turn BlackJack", "vs_trl",
-          ["--steps", "60"], ["--steps", "4", "--prompts", "8", "--eval-every", "2", "--val-episodes", "500", "--final-episodes", "500"], 600),
-    Bench("scaling", "Scaling: env actors and rollout workers on a simulated multi-node cluster", "env_scaling",
-          ["--actors", "1", "2", "4", "8", "--rollout-workers", "1", "2"],
-          ["--actors", "1", "2", "--rollout-workers", "1", "--episodes", "64", "--repeats", "1"], 420),
+    Bench(
+        "rollout",
+        "Rollout throughput: rlsvc's rollout worker (vLLM) vs Hugging Face generate",
+        "rollout_throughput",
+        ["--batches", "1", "16", "256"],
+        ["--batches", "1", "16", "--tokens", "8", "--repeats", "1"],
+        300,
+    ),
+    Bench(
+        "weight_sync",
+        "Weight sync per transport vs memcpy",
+        "weight_sync",
+        ["--sizes", "10,100,500", "--transports", "shm,ray,broadcast,monarch"],
+        ["--sizes", "10", "--transports", "shm,ray", "--repeats", "1"],
+        600,
+    ),
+    Bench(
+        "anatomy",
+        "Step anatomy and orchestration overhead, default config, sync and async",
+        "step_anatomy",
+        ["--steps", "40"],
+        ["--steps", "4", "--eval-episodes", "200"],
+        600,
+    ),
+    Bench(
+        "trl",
+        "rlsvc vs TRL GRPOTrainer on single-turn BlackJack",
+        "vs_trl",
+        ["--steps", "60"],
+        ["--steps", "4", "--prompts", "8", "--eval-every", "2", "--val-episodes", "500", "--final-episodes", "500"],
+        600,
+    ),
+    Bench(
+        "scaling",
+        "Scaling: env actors and rollout workers on a simulated multi-node cluster",
+        "env_scaling",
+        ["--actors", "1", "2", "4", "8", "--rollout-workers", "1", "2"],
+        ["--actors", "1", "2", "--rollout-workers", "1", "--episodes", "64", "--repeats", "1"],
+        420,
+    ),
 ]
 
 # result file of each benchmark module
-RESULT_FILES = {"rollout_throughput": "rollout_throughput.json", "weight_sync": "weight_sync.json", "step_anatomy": "step_anatomy.json",
-                "vs_trl": "vs_trl.json", "env_scaling": "env_scaling.json"}
+RESULT_FILES = {
+    "rollout_throughput": "rollout_throughput.json",
+    "weight_sync": "weight_sync.json",
+    "step_anatomy": "step_anatomy.json",
+    "vs_trl": "vs_trl.json",
+    "env_scaling": "env_scaling.json",
+}
 
 
 def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
@@ -71,35 +105,66 @@ def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
     out: list[tuple[str, str, bool | None]] = []
     rollout = results.get("rollout", {}).get("data")
     at256 = next((r for r in rollout["rows"] if r["batch"] == 256), None) if rollout else None
-    out.append(("rollout tokens/s at batch 256 >= 3x HF generate", f"{at256['ratio']:.2f}x" if at256 else "not measured",
-                at256["ratio"] >= 3 if at256 else None))
+    out.append(
+        (
+            "rollout tokens/s at batch 256 >= 3x HF generate",
+            f"{at256['ratio']:.2f}x" if at256 else "not measured",
+            at256["ratio"] >= 3 if at256 else None,
+        )
+    )
     trl = results.get("trl", {}).get("data")
-    out.append(("samples/s >= 2x TRL GRPOTrainer", f"{trl['samples_per_s_ratio']:.2f}x" if trl else "not measured",
-                trl["samples_per_s_ratio"] >= 2 if trl else None))
+    out.append(
+        (
+            "samples/s >= 2x TRL GRPOTrainer",
+            f"{trl['samples_per_s_ratio']:.2f}x" if trl else "not measured",
+            trl["samples_per_s_ratio"] >= 2 if trl else None,
+        )
+    )
     anatomy = results.get("anatomy", {}).get("data")
     sync = anatomy["rows"].get("sync") if anatomy else None
-    out.append(("orchestration overhead <= 10% of step time (default config, sync)", f"{sync['overhead']:.1%}" if sync else "not measured",
-                sync["overhead"] <= 0.10 if sync else None))
+    out.append(
+        (
+            "orchestration overhead <= 10% of step time (default config, sync)",
+            f"{sync['overhead']:.1%}" if sync else "not measured",
+            sync["overhead"] <= 0.10 if sync else None,
+        )
+    )
     sync_rows = results.get("weight_sync", {}).get("data")
     if sync_rows:
         from benchmarks.weight_sync import latest_rows
 
         rows = [r for r in latest_rows(sync_rows) if round(r["params_m"]) >= 100]
-        best = min((max(r["ratio_to_memcpy"] for r in rows if round(r["params_m"]) == s) for s in {round(r["params_m"]) for r in rows}), default=None)
-        out.append(("best weight-sync transport >= 50% of memcpy (100M and 500M)", f"{best:.0%}" if best is not None else "not measured",
-                    best >= 0.5 if best is not None else None))
+        best = min(
+            (max(r["ratio_to_memcpy"] for r in rows if round(r["params_m"]) == s) for s in {round(r["params_m"]) for r in rows}),
+            default=None,
+        )
+        out.append(
+            (
+                "best weight-sync transport >= 50% of memcpy (100M and 500M)",
+                f"{best:.0%}" if best is not None else "not measured",
+                best >= 0.5 if best is not None else None,
+            )
+        )
     return out
 
 
 def machine() -> str:
-    return f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.machine()}, Python {platform.python_version()}"
+    return (
+        f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.machine()}, Python {platform.python_version()}"
+    )
 
 
 def markdown(results: dict[str, dict], quick: bool, started: str, total_s: float, on: str | None = None) -> str:
-    lines = [f"Measured {started} on {on or machine()}, in {total_s / 60:.1f} min"
-             + (" (`--quick`: a smoke run, not a measurement)" if quick else "") + ".\n",
-             "| target | measured | met |", "|---|---|---|"]
-    lines += [f"| {target} | {measured} | {'yes' if met else 'no' if met is not None else '-'} |" for target, measured, met in checks(results)]
+    lines = [
+        f"Measured {started} on {on or machine()}, in {total_s / 60:.1f} min"
+        + (" (`--quick`: a smoke run, not a measurement)" if quick else "")
+        + ".\n",
+        "| target | measured | met |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {target} | {measured} | {'yes' if met else 'no' if met is not None else '-'} |" for target, measured, met in checks(results)
+    ]
     for bench in SUITE:
         r = results.get(bench.name)
         if r is None:
@@ -121,7 +186,9 @@ def run(bench: Bench, quick: bool, out: Path) -> dict:
     t0 = time.perf_counter()
     with log.open("w") as f:
         try:
-            rc = subprocess.run([sys.executable, *cmd[1:]], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=bench.limit_s).returncode
+            rc = subprocess.run(
+                [sys.executable, *cmd[1:]], cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=bench.limit_s
+            ).returncode
             status = "ok" if rc == 0 else f"failed (exit {rc})"
         except subprocess.TimeoutExpired:
             status = f"stopped after its {bench.limit_s} s limit"
@@ -155,8 +222,19 @@ def main() -> int:
     t0 = time.perf_counter()
     results = {b.name: run(b, args.quick, out) for b in SUITE if b.name in names}
     total_s = time.perf_counter() - t0
-    (out / "latest.json").write_text(json.dumps({"started": started, "machine": machine(), "quick": args.quick, "total_s": total_s,
-                                                 "checks": checks(results), "benchmarks": results}, indent=2))
+    (out / "latest.json").write_text(
+        json.dumps(
+            {
+                "started": started,
+                "machine": machine(),
+                "quick": args.quick,
+                "total_s": total_s,
+                "checks": checks(results),
+                "benchmarks": results,
+            },
+            indent=2,
+        )
+    )
     text = markdown(results, args.quick, started, total_s)
     (out / "latest.md").write_text(text)
     print(text)

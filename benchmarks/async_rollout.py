@@ -40,9 +40,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="rlsvc-async-bench-") as tmp:
         for mode, extra in modes.items():
             r = run_job(f"bench-{mode}", [*common, *extra], Path(tmp))
-            rows[mode] = {k: r[k] for k in ("steps", "train_s", "episodes_per_s", "total_s", "startup_s")} | {"eval_mean_return": r["eval"].get("mean_return")}
+            rows[mode] = {k: r[k] for k in ("steps", "train_s", "episodes_per_s", "total_s", "startup_s")} | {
+                "eval_mean_return": r["eval"].get("mean_return")
+            }
     sync, async_ = rows["sync"], rows[f"async_k{args.staleness}"]
-    summary = {"speedup": async_["episodes_per_s"] / sync["episodes_per_s"], "return_diff": async_["eval_mean_return"] - sync["eval_mean_return"]}
+    summary = {
+        "speedup": async_["episodes_per_s"] / sync["episodes_per_s"],
+        "return_diff": async_["eval_mean_return"] - sync["eval_mean_return"],
+    }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"async_rollout_{args.label}.json").write_text(json.dumps({"args": vars(args), "rows": rows, **summary}, indent=2))
     print("| mode | steps | train s | episodes/s | final greedy return (20k deals) |\n|---|---|---|---|---|")

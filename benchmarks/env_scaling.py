@@ -68,12 +68,20 @@ def main() -> None:
             tokenizer, source = prepare_model(cfg, Path(tmp))
         codec = BlackjackCodec(tokenizer)
         engine_kwargs = {"max_model_len": cfg.model.titan.max_seq_len, "kv_cache_gb": 1, "seed": 0}
-        rollouts = [ray.remote(RolloutWorker).options(**place["rollout"].options()).remote(source, engine_kwargs, {"temperature": 1.0, "max_tokens": 1})
-                    for _ in range(max(args.rollout_workers))]
-        assert set(ray.get([r.node_id.remote() for r in rollouts])) == {n.node_id for n in gpu_nodes}, "one rollout worker per GPU-group node"
+        rollouts = [
+            ray.remote(RolloutWorker)
+            .options(**place["rollout"].options())
+            .remote(source, engine_kwargs, {"temperature": 1.0, "max_tokens": 1})
+            for _ in range(max(args.rollout_workers))
+        ]
+        assert set(ray.get([r.node_id.remote() for r in rollouts])) == {n.node_id for n in gpu_nodes}, (
+            "one rollout worker per GPU-group node"
+        )
         groups = args.episodes // args.group_size
         seeds = [(g, 10_000 + g) for g in range(groups)]
-        shapes = [(k, min(args.rollout_workers)) for k in args.actors] + [(max(args.actors), r) for r in args.rollout_workers if r != min(args.rollout_workers)]
+        shapes = [(k, min(args.rollout_workers)) for k in args.actors] + [
+            (max(args.actors), r) for r in args.rollout_workers if r != min(args.rollout_workers)
+        ]
         for k, r in shapes:
             envs = [ray.remote(EnvWorker).options(**place["env"].options()).remote(cfg.env) for _ in range(k)]
             nodes_used = set(ray.get([e.node_id.remote() for e in envs]))
@@ -86,9 +94,21 @@ def main() -> None:
                 episodes = runner.collect(seeds, args.group_size, 0, sample_seed=i + 1)
                 rates.append(len(episodes) / (time.perf_counter() - t0))
                 turns.append(statistics.mean(len(ep.responses) for ep in episodes))
-            rows.append({"env_actors": k, "rollout_workers": r, "sessions_per_actor": args.sessions, "concurrent_episodes": k * args.sessions,
-                         "nodes": len(nodes_used) + r, "episodes_per_s": statistics.median(rates), "runs": rates, "mean_turns": statistics.mean(turns)})
-            print(f"K={k} R={r}: {rows[-1]['episodes_per_s']:.1f} episodes/s on {len(nodes_used)} CPU-group + {r} GPU-group nodes", flush=True)
+            rows.append(
+                {
+                    "env_actors": k,
+                    "rollout_workers": r,
+                    "sessions_per_actor": args.sessions,
+                    "concurrent_episodes": k * args.sessions,
+                    "nodes": len(nodes_used) + r,
+                    "episodes_per_s": statistics.median(rates),
+                    "runs": rates,
+                    "mean_turns": statistics.mean(turns),
+                }
+            )
+            print(
+                f"K={k} R={r}: {rows[-1]['episodes_per_s']:.1f} episodes/s on {len(nodes_used)} CPU-group + {r} GPU-group nodes", flush=True
+            )
             ray.get([e.close.remote() for e in envs])
             for e in envs:
                 ray.kill(e)
@@ -108,13 +128,18 @@ def main() -> None:
 def markdown(data: dict) -> str:
     args, rows = data["args"], data["rows"]
     first = rows[0]
-    lines = [f"{args['episodes']} episodes, {args['latency_ms']:g} ms per env step, M={args['sessions']} sessions per env actor, "
-             f"median of {args['repeats']}\n",
-             f"| env actors K | rollout workers R | concurrent episodes | nodes (CPU + GPU group) | episodes/s | vs K={first['env_actors']}, R={first.get('rollout_workers', 1)} |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['env_actors']} | {r.get('rollout_workers', 1)} | {r['concurrent_episodes']} | {r['nodes']} | {r['episodes_per_s']:.1f} | {r['speedup_vs_first']:.2f}x |"
-              for r in rows]
+    lines = [
+        f"{args['episodes']} episodes, {args['latency_ms']:g} ms per env step, M={args['sessions']} sessions per env actor, "
+        f"median of {args['repeats']}\n",
+        f"| env actors K | rollout workers R | concurrent episodes | nodes (CPU + GPU group) | episodes/s | vs K={first['env_actors']}, R={first.get('rollout_workers', 1)} |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['env_actors']} | {r.get('rollout_workers', 1)} | {r['concurrent_episodes']} | {r['nodes']} | {r['episodes_per_s']:.1f} | {r['speedup_vs_first']:.2f}x |"
+        for r in rows
+    ]
     return "\n".join(lines)
+
 
 if __name__ == "__main__":
     main()

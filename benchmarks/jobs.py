@@ -11,8 +11,16 @@ from pathlib import Path
 
 def run_job(name: str, overrides: list[str], out: Path, config: str | None = None) -> dict:
     """One job to completion in its own process, output in `out`; returns its result.json."""
-    cmd = [sys.executable, "-m", "rlsvc.train", *(["--config", config] if config else []), f"run.name={name}",
-           f"run.output_dir={out}", f"tracking.tracking_uri=sqlite:///{out}/mlflow.db", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlsvc.train",
+        *(["--config", config] if config else []),
+        f"run.name={name}",
+        f"run.output_dir={out}",
+        f"tracking.tracking_uri=sqlite:///{out}/mlflow.db",
+        *overrides,
+    ]
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     (result,) = out.glob(f"{name}-*/result.json")

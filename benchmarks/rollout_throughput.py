@@ -67,8 +67,17 @@ def hf_generate(model, pad_id: int, prompts: list[list[int]], tokens: int) -> No
     ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
     mask = (torch.arange(width) >= torch.tensor([width - len(p) for p in prompts])[:, None]).long()
     with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                             max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=pad_id)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            pad_token_id=pad_id,
+        )
     assert out.shape[1] - width == tokens, "HF completions of the wrong length"
 
 
@@ -117,17 +126,31 @@ def main() -> None:
             env = {"env_vars": {**WORKER_ENV, "OMP_NUM_THREADS": str(THREADS)}}
             engine_kwargs = {"max_model_len": cfg.max_seq_len, "kv_cache_gb": 1, "max_num_seqs": max(args.batches), "seed": 0}
             sampling = {"temperature": 1.0, "max_tokens": args.tokens, "min_tokens": args.tokens}
-            worker = ray.remote(RolloutWorker).options(num_cpus=THREADS, runtime_env=env).remote({"path": str(folder)}, engine_kwargs, sampling)
+            worker = (
+                ray.remote(RolloutWorker).options(num_cpus=THREADS, runtime_env=env).remote({"path": str(folder)}, engine_kwargs, sampling)
+            )
             hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
             for batch in args.batches:
                 prompts = prompts_for(tokenizer, batch, prompt_len)
                 tokens = batch * args.tokens
                 v_s, v_runs = timed(lambda p=prompts: vllm_generate(worker, p, args.tokens), args.repeats, args.warmup)
                 h_s, h_runs = timed(lambda p=prompts: hf_generate(hf, tokenizer.pad_token_id, p, args.tokens), args.repeats, args.warmup)
-                row = {"batch": batch, "tokens": tokens, "vllm_s": v_s, "hf_s": h_s, "vllm_tokens_per_s": tokens / v_s,
-                       "hf_tokens_per_s": tokens / h_s, "ratio": h_s / v_s, "vllm_runs": v_runs, "hf_runs": h_runs}
+                row = {
+                    "batch": batch,
+                    "tokens": tokens,
+                    "vllm_s": v_s,
+                    "hf_s": h_s,
+                    "vllm_tokens_per_s": tokens / v_s,
+                    "hf_tokens_per_s": tokens / h_s,
+                    "ratio": h_s / v_s,
+                    "vllm_runs": v_runs,
+                    "hf_runs": h_runs,
+                }
                 rows.append(row)
-                print(f"batch {batch}: rlsvc/vLLM {row['vllm_tokens_per_s']:.0f} tok/s, HF generate {row['hf_tokens_per_s']:.0f} tok/s, {row['ratio']:.2f}x", flush=True)
+                print(
+                    f"batch {batch}: rlsvc/vLLM {row['vllm_tokens_per_s']:.0f} tok/s, HF generate {row['hf_tokens_per_s']:.0f} tok/s, {row['ratio']:.2f}x",
+                    flush=True,
+                )
             ray.get(worker.close.remote())
         finally:
             ray.shutdown()
@@ -138,9 +161,12 @@ def main() -> None:
 
 
 def markdown(data: dict) -> str:
-    lines = [f"code_tiny policy ({data['model_params'] / 1e6:.1f}M parameters), {data['args']['tokens']} sampled tokens per completion, "
-             f"{data['threads']} threads each, median of {data['args']['repeats']}\n",
-             "| batch | rlsvc rollout worker (vLLM) tok/s | HF `generate` tok/s | rlsvc / HF |", "|---|---|---|---|"]
+    lines = [
+        f"code_tiny policy ({data['model_params'] / 1e6:.1f}M parameters), {data['args']['tokens']} sampled tokens per completion, "
+        f"{data['threads']} threads each, median of {data['args']['repeats']}\n",
+        "| batch | rlsvc rollout worker (vLLM) tok/s | HF `generate` tok/s | rlsvc / HF |",
+        "|---|---|---|---|",
+    ]
     lines += [f"| {r['batch']} | {r['vllm_tokens_per_s']:.0f} | {r['hf_tokens_per_s']:.0f} | {r['ratio']:.2f}x |" for r in data["rows"]]
     return "\n".join(lines)
 

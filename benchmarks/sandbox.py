@@ -39,8 +39,12 @@ def overhead(runs: int) -> dict:
         r = box.run(SNIPPET, timeout_s=10)
         boxed.append(time.perf_counter() - t0)
         assert r.exit_code == 0 and r.stdout.strip() == "332833500", r
-    return {"runs": runs, "bare_median_s": statistics.median(bare), "sandbox_median_s": statistics.median(boxed),
-            "ratio": statistics.median(boxed) / statistics.median(bare)}
+    return {
+        "runs": runs,
+        "bare_median_s": statistics.median(bare),
+        "sandbox_median_s": statistics.median(boxed),
+        "ratio": statistics.median(boxed) / statistics.median(bare),
+    }
 
 
 def throughput(sessions: list[int], seconds: float) -> list[dict]:
@@ -52,8 +56,17 @@ def throughput(sessions: list[int], seconds: float) -> list[dict]:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
     try:
-        env_cfg = load_config(None, ["env.type=code", "model.titan.tokenizer=chars", "env.code.backend=local", "env.code.tasks=arithmetic",
-                                     "env.max_turns=10000", "env.code.exec_timeout_s=10"]).env
+        env_cfg = load_config(
+            None,
+            [
+                "env.type=code",
+                "model.titan.tokenizer=chars",
+                "env.code.backend=local",
+                "env.code.tasks=arithmetic",
+                "env.max_turns=10000",
+                "env.code.exec_timeout_s=10",
+            ],
+        ).env
         for m in sessions:
             env = ray.remote(EnvWorker).options(num_cpus=1).remote(env_cfg, m)
             ids = list(range(m))
@@ -83,7 +96,9 @@ def main() -> None:
     over = overhead(args.runs)
     rows = throughput(args.sessions, args.seconds)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "sandbox.json").write_text(json.dumps({"args": vars(args), "snippet": SNIPPET, "overhead": over, "throughput": rows}, indent=2))
+    (RESULTS / "sandbox.json").write_text(
+        json.dumps({"args": vars(args), "snippet": SNIPPET, "overhead": over, "throughput": rows}, indent=2)
+    )
     print(f"\nsnippet: {SNIPPET}\n")
     print("| run | median latency | ratio |\n|---|---|---|")
     print(f"| bare `python -c` subprocess | {over['bare_median_s'] * 1000:.1f} ms | 1.00x |")

@@ -46,8 +46,14 @@ def anatomy(result: dict, asynchronous: bool) -> dict:
     sums = metric_sums(result, keys)
     wall = result["train_s"]
     seconds = {p: sums[f"time/{p}_s"] for p in phases}
-    row = {"steps": result["steps"], "wall_s": wall, "s_per_step": wall / max(result["steps"], 1), "seconds": seconds,
-           "share": {p: s / wall for p, s in seconds.items()}, "episodes_per_s": result["episodes_per_s"]}
+    row = {
+        "steps": result["steps"],
+        "wall_s": wall,
+        "s_per_step": wall / max(result["steps"], 1),
+        "seconds": seconds,
+        "share": {p: s / wall for p, s in seconds.items()},
+        "episodes_per_s": result["episodes_per_s"],
+    }
     row["overhead_s"] = wall - sum(seconds.values())
     row["overhead"] = row["overhead_s"] / wall
     if not asynchronous:  # the part of the overhead inside the rollout: the runner's own work between calls
@@ -59,11 +65,22 @@ def anatomy(result: dict, asynchronous: bool) -> dict:
 
 def markdown(data: dict) -> str:
     rows = data["rows"]
-    names = {"generate": "generation", "env": "env", "reward": "reward + buffer", "reference": "reference", "train": "train",
-             "sync": "weight sync", "validate": "validation", "checkpoint": "checkpoints", "trainer_wait": "trainer idle"}
+    names = {
+        "generate": "generation",
+        "env": "env",
+        "reward": "reward + buffer",
+        "reference": "reference",
+        "train": "train",
+        "sync": "weight sync",
+        "validate": "validation",
+        "checkpoint": "checkpoints",
+        "trainer_wait": "trainer idle",
+    }
     order = ["generate", "env", "trainer_wait", "reward", "reference", "train", "sync", "validate", "checkpoint"]
-    lines = ["| mode | s/step | " + " | ".join(names[p] for p in order) + " | orchestration overhead |",
-             "|---|---|" + "---|" * len(order) + "---|"]
+    lines = [
+        "| mode | s/step | " + " | ".join(names[p] for p in order) + " | orchestration overhead |",
+        "|---|---|" + "---|" * len(order) + "---|",
+    ]
     for mode, r in rows.items():
         cells = []
         for p in order:

@@ -70,9 +70,20 @@ def start_policy_folder(run_dir: Path, folder: Path) -> None:
 
 def run_rlsvc(args: argparse.Namespace, out: Path, name: str, mode: list[str]) -> tuple[dict, Path]:
     # two env actors: the env phase (OpenEnv round trips) then uses both cores (0.50 -> 0.24 s a step)
-    overrides = [f"env.then_stick_at={THEN_STICK_AT}", "env.num_actors=2", f"run.steps={args.steps}", "run.time_budget_minutes=600",
-                 f"eval.every_steps={args.eval_every}", f"eval.val_episodes={args.val_episodes}", f"eval.episodes={args.final_episodes}",
-                 "eval.keep_best=false", "run.checkpoint_every=0", f"grpo.group_size={args.group_size}", f"grpo.groups_per_step={args.prompts}", *mode]
+    overrides = [
+        f"env.then_stick_at={THEN_STICK_AT}",
+        "env.num_actors=2",
+        f"run.steps={args.steps}",
+        "run.time_budget_minutes=600",
+        f"eval.every_steps={args.eval_every}",
+        f"eval.val_episodes={args.val_episodes}",
+        f"eval.episodes={args.final_episodes}",
+        "eval.keep_best=false",
+        "run.checkpoint_every=0",
+        f"grpo.group_size={args.group_size}",
+        f"grpo.groups_per_step={args.prompts}",
+        *mode,
+    ]
     result = run_job(name, overrides, out)
     from mlflow.tracking import MlflowClient
 
@@ -86,9 +97,17 @@ def run_rlsvc(args: argparse.Namespace, out: Path, name: str, mode: list[str]) -
     # (`time/since_start_s` of step k is taken before step k's own validation)
     clock = {k: t - result["startup_s"] - sum(v for j, v in validate_s.items() if j < k) for k, t in since_start.items()}
     train_s = result["train_s"] - sum(validate_s.values())
-    return {"samples_per_s": result["steps"] * args.prompts * args.group_size / train_s, "train_s": train_s, "steps": result["steps"],
-            "val_steps": sorted(val), "val_times": [clock[k] for k in sorted(val)], "val_returns": [val[k] for k in sorted(val)],
-            "final_return": result["eval"]["mean_return"], "startup_s": result["startup_s"], "overrides": overrides}, Path(result["checkpoint"]).parent
+    return {
+        "samples_per_s": result["steps"] * args.prompts * args.group_size / train_s,
+        "train_s": train_s,
+        "steps": result["steps"],
+        "val_steps": sorted(val),
+        "val_times": [clock[k] for k in sorted(val)],
+        "val_returns": [val[k] for k in sorted(val)],
+        "final_return": result["eval"]["mean_return"],
+        "startup_s": result["startup_s"],
+        "overrides": overrides,
+    }, Path(result["checkpoint"]).parent
 
 
 def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
@@ -140,19 +159,49 @@ def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
             self.paused += time.perf_counter() - t
 
     config = GRPOConfig(
-        output_dir=str(out / "trl"), use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, seed=cfg.run.seed,
-        max_steps=args.steps, per_device_train_batch_size=args.prompts * args.group_size, gradient_accumulation_steps=1,
-        num_generations=args.group_size, max_completion_length=1, temperature=1.0, top_p=1.0, top_k=0,
-        learning_rate=cfg.trainer.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=cfg.trainer.weight_decay,
-        max_grad_norm=cfg.trainer.max_grad_norm, adam_beta1=0.9, adam_beta2=0.999, beta=cfg.grpo.kl_coef, epsilon=cfg.grpo.clip_eps,
-        num_iterations=1, scale_rewards="group", loss_type="dapo", mask_truncated_completions=False, disable_dropout=True,
-        dataloader_num_workers=0, bf16=False, fp16=False,
+        output_dir=str(out / "trl"),
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=cfg.run.seed,
+        max_steps=args.steps,
+        per_device_train_batch_size=args.prompts * args.group_size,
+        gradient_accumulation_steps=1,
+        num_generations=args.group_size,
+        max_completion_length=1,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=cfg.trainer.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=cfg.trainer.weight_decay,
+        max_grad_norm=cfg.trainer.max_grad_norm,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        beta=cfg.grpo.kl_coef,
+        epsilon=cfg.grpo.clip_eps,
+        num_iterations=1,
+        scale_rewards="group",
+        loss_type="dapo",
+        mask_truncated_completions=False,
+        disable_dropout=True,
+        dataloader_num_workers=0,
+        bf16=False,
+        fp16=False,
     )
     t_start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
     validation = Validation(model)
-    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=config, processing_class=tokenizer,
-                          train_dataset=Dataset.from_dict({"prompt": prompts, "seed": seeds}), callbacks=[validation])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": prompts, "seed": seeds}),
+        callbacks=[validation],
+    )
     startup_s = time.perf_counter() - t_start
     t0 = time.perf_counter()
     trainer.train()
@@ -161,9 +210,16 @@ def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
     final_return = evaluate(load_policy(final), args.final_episodes, FINAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
-    return {"samples_per_s": args.steps * args.prompts * args.group_size / train_s, "train_s": train_s, "steps": args.steps,
-            "val_steps": validation.steps, "val_times": validation.times, "val_returns": validation.returns,
-            "final_return": final_return, "startup_s": startup_s}
+    return {
+        "samples_per_s": args.steps * args.prompts * args.group_size / train_s,
+        "train_s": train_s,
+        "steps": args.steps,
+        "val_steps": validation.steps,
+        "val_times": validation.times,
+        "val_returns": validation.returns,
+        "final_return": final_return,
+        "startup_s": startup_s,
+    }
 
 
 def parser() -> argparse.ArgumentParser:
@@ -171,8 +227,12 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--prompts", type=int, default=64, help="prompts (groups) per step")
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--target", type=float, default=None,
-                    help="validated greedy return that counts as learned (default: what stick-at-17 scores on the validation deals)")
+    ap.add_argument(
+        "--target",
+        type=float,
+        default=None,
+        help="validated greedy return that counts as learned (default: what stick-at-17 scores on the validation deals)",
+    )
     ap.add_argument("--eval-every", type=int, default=5, help="steps between validations")
     ap.add_argument("--val-episodes", type=int, default=5000)
     ap.add_argument("--final-episodes", type=int, default=20_000)
@@ -200,9 +260,12 @@ def main() -> None:
     ours = [rows[name] for name in RLSVC_MODES]
     fastest = max(ours, key=lambda r: r["samples_per_s"])
     reached = [r["time_to_target_s"] for r in ours if r["time_to_target_s"] is not None]
-    summary = {"samples_per_s_ratio": fastest["samples_per_s"] / trl["samples_per_s"], "start_val_return": start_return,
-               "stick_at_17_val_return": stick_return,
-               "time_to_target_ratio": trl["time_to_target_s"] / min(reached) if reached and trl["time_to_target_s"] else None}
+    summary = {
+        "samples_per_s_ratio": fastest["samples_per_s"] / trl["samples_per_s"],
+        "start_val_return": start_return,
+        "stick_at_17_val_return": stick_return,
+        "time_to_target_ratio": trl["time_to_target_s"] / min(reached) if reached and trl["time_to_target_s"] else None,
+    }
     data = {"args": vars(args), "rows": rows, **summary}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=2))
@@ -215,25 +278,39 @@ def markdown(data: dict) -> str:
     def fmt(t: float | None) -> str:
         return "not reached" if t is None else f"{t:.0f} s"
 
-    lines = [f"single-turn BlackJack (first decision, then stick-at-{THEN_STICK_AT}), {args['prompts']} prompts x {args['group_size']} "
-             f"completions per step, {args['steps']} steps each. Validated return ({args['val_episodes']} deals): start policy "
-             f"{data['start_val_return']:+.3f}, stick-at-17's first decision {data['stick_at_17_val_return']:+.3f}\n",
-             f"| framework | samples/s | training time to validated return >= {args['target']:+.2f} | validated return at the end | "
-             f"final greedy return ({args['final_episodes']} deals) |", "|---|---|---|---|---|"]
+    lines = [
+        f"single-turn BlackJack (first decision, then stick-at-{THEN_STICK_AT}), {args['prompts']} prompts x {args['group_size']} "
+        f"completions per step, {args['steps']} steps each. Validated return ({args['val_episodes']} deals): start policy "
+        f"{data['start_val_return']:+.3f}, stick-at-17's first decision {data['stick_at_17_val_return']:+.3f}\n",
+        f"| framework | samples/s | training time to validated return >= {args['target']:+.2f} | validated return at the end | "
+        f"final greedy return ({args['final_episodes']} deals) |",
+        "|---|---|---|---|---|",
+    ]
     for name, r in rows.items():
         last = f"{r['val_returns'][-1]:+.3f}" if r["val_returns"] else "-"
         lines.append(f"| {name} | {r['samples_per_s']:.0f} | {fmt(r['time_to_target_s'])} | {last} | {r['final_return']:+.4f} |")
     names = list(rows)
-    lines += ["", "validated greedy return (training seconds) after each validation:", "",
-              "| step | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [
+        "",
+        "validated greedy return (training seconds) after each validation:",
+        "",
+        "| step | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
     for i, step in enumerate(rows[names[0]].get("val_steps", [])):
-        cells = [f"{r['val_returns'][i]:+.3f} ({r['val_times'][i]:.0f} s)" if i < len(r.get("val_returns", [])) else "-" for r in rows.values()]
+        cells = [
+            f"{r['val_returns'][i]:+.3f} ({r['val_times'][i]:.0f} s)" if i < len(r.get("val_returns", [])) else "-" for r in rows.values()
+        ]
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
     ratio, trl = data["time_to_target_ratio"], rows.get("TRL GRPOTrainer", {})
     if ratio:
         reach = f"time to target, TRL / faster rlsvc mode: **{ratio:.2f}x**"
     elif trl and trl.get("time_to_target_s") is None:
-        reach = f"TRL did not reach the target in its {args['steps']} steps ({trl['val_times'][-1]:.0f} s of training)" if trl.get("val_times") else "TRL did not reach the target"
+        reach = (
+            f"TRL did not reach the target in its {args['steps']} steps ({trl['val_times'][-1]:.0f} s of training)"
+            if trl.get("val_times")
+            else "TRL did not reach the target"
+        )
     else:
         reach = "no rlsvc mode reached the target"
     lines.append(f"\nfaster rlsvc mode / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x**; {reach}")

@@ -40,7 +40,9 @@ def model_for(millions: int) -> ModelConfig:
     dim = {10: 384, 100: 1024, 500: 1536}.get(millions, 1024)
     per_layer = 2 * dim * dim + 2 * dim * (dim // 4) + 3 * dim * 4 * dim
     layers = max(1, round(millions * 1e6 / per_layer))
-    return ModelConfig(dim=dim, n_layers=layers, n_heads=dim // 64, n_kv_heads=dim // 256, ffn_hidden_dim=4 * dim, vocab_size=64, max_seq_len=32)
+    return ModelConfig(
+        dim=dim, n_layers=layers, n_heads=dim // 64, n_kv_heads=dim // 256, ffn_hidden_dim=4 * dim, vocab_size=64, max_seq_len=32
+    )
 
 
 def memcpy_s(nbytes: int, repeats: int = 5) -> float:
@@ -64,7 +66,10 @@ def start_fleet(cfg: ModelConfig, workdir: Path, n_workers: int, threads: int):
     env = {"env_vars": {**WORKER_ENV, "OMP_NUM_THREADS": str(threads)}}
     trainer = ray.remote(TrainerWorker).options(num_cpus=1, runtime_env=env).remote(0, 1)
     engine_kwargs = {"max_model_len": cfg.max_seq_len, "kv_cache_gb": 1, "max_num_seqs": 16}
-    workers = [ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote({"path": str(folder)}, engine_kwargs, {"max_tokens": 1}) for _ in range(n_workers)]
+    workers = [
+        ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote({"path": str(folder)}, engine_kwargs, {"max_tokens": 1})
+        for _ in range(n_workers)
+    ]
     ray.get(trainer.setup.remote(cfg.model_dump(), {"lr": 1e-4, "seed": 1}, None, None))
     ray.get([w.version.remote() for w in workers])  # engines up
     return trainer, workers
@@ -97,7 +102,10 @@ def bench_size(millions: int, transports: list[str], n_workers: int, repeats: in
                 row["gb_per_s"] = nbytes / med["sync/total_s"] / 1e9
                 row["ratio_to_memcpy"] = copy_s / med["sync/total_s"]
                 rows.append(row)
-                print(f"  {row['params_m']:.0f}M {kind}: {med['sync/total_s']:.3f}s ({row['gb_per_s']:.2f} GB/s, {row['ratio_to_memcpy']:.0%} of memcpy)", flush=True)
+                print(
+                    f"  {row['params_m']:.0f}M {kind}: {med['sync/total_s']:.3f}s ({row['gb_per_s']:.2f} GB/s, {row['ratio_to_memcpy']:.0%} of memcpy)",
+                    flush=True,
+                )
         finally:
             # close first: a killed process leaves its torch shared-memory segments in /dev/shm
             ray.get([a.close.remote() for a in [trainer, *workers]])
@@ -145,9 +153,22 @@ def main() -> None:
     # rows from earlier runs stay unless this run measured the same (size, transport)
     kept = json.loads(RESULTS.read_text())["rows"] if RESULTS.exists() else []
     fresh = {(round(r["params_m"]), r["transport"]) for r in rows}
-    merged = sorted([r for r in kept if (round(r["params_m"]), r["transport"]) not in fresh] + rows, key=lambda r: (r["params_m"], r["transport"]))
+    merged = sorted(
+        [r for r in kept if (round(r["params_m"]), r["transport"]) not in fresh] + rows, key=lambda r: (r["params_m"], r["transport"])
+    )
     # "latest": which rows this run measured (benchmarks/__main__.py shows only those)
-    RESULTS.write_text(json.dumps({"rows": merged, "latest": [[round(r["params_m"]), r["transport"]] for r in rows], "cpus": os.cpu_count(), "workers": args.workers, "threads": args.threads}, indent=2))
+    RESULTS.write_text(
+        json.dumps(
+            {
+                "rows": merged,
+                "latest": [[round(r["params_m"]), r["transport"]] for r in rows],
+                "cpus": os.cpu_count(),
+                "workers": args.workers,
+                "threads": args.threads,
+            },
+            indent=2,
+        )
+    )
     print(table(rows))
 
 
@@ -165,8 +186,11 @@ def markdown(data: dict) -> str:
         if r["ratio_to_memcpy"] > best.get(size, {"ratio_to_memcpy": -1})["ratio_to_memcpy"]:
             best[size] = r
     note = "; ".join(f"{size}M: {r['transport']} {r['ratio_to_memcpy']:.0%}" for size, r in best.items())
-    return (f"1 trainer rank -> {data['workers']} vLLM engine(s), {data['threads']} threads each; median of the timed pushes\n\n"
-            + table(rows) + f"\n\nBest transport per model, share of memcpy bandwidth: {note}")
+    return (
+        f"1 trainer rank -> {data['workers']} vLLM engine(s), {data['threads']} threads each; median of the timed pushes\n\n"
+        + table(rows)
+        + f"\n\nBest transport per model, share of memcpy bandwidth: {note}"
+    )
 
 
 if __name__ == "__main__":

@@ -99,7 +99,9 @@ class RolloutProducer:
                     self.engine_version = staged.manifest.version
                 t0 = time.perf_counter()
                 episodes = self.loop.collect(b, self.engine_version)
-                self.batches.put(PlayedBatch(b, self.engine_version, episodes, time.perf_counter() - t0, applied, dict(self.loop.runner.last_timing)))
+                self.batches.put(
+                    PlayedBatch(b, self.engine_version, episodes, time.perf_counter() - t0, applied, dict(self.loop.runner.last_timing))
+                )
         except BaseException as err:  # surfaced to the trainer thread by next_batch()
             self.batches.put(err)
 
@@ -135,19 +137,21 @@ class AsyncGRPOLoop(GRPOLoop):
         rollout_idle = producer.idle_s - self._idle_mark
         self._idle_mark, self._last_step_end = producer.idle_s, t_end
         tokens = sum(len(r) for ep in batch.episodes for r in ep.responses)
-        metrics.update({
-            **staged.timings,
-            **batch.apply,
-            "time/rollout_s": batch.rollout_s,
-            **{f"time/{k}": v for k, v in batch.timing.items()},  # generate_s, env_s: parts of rollout_s
-            "time/trainer_wait_s": t_got - t0,
-            "time/sync_s": t_end - t_learn,
-            "time/step_s": wall,
-            "trainer_idle_frac": (t_got - t0) / wall,
-            "rollout_idle_frac": min(rollout_idle / wall, 1.0),
-            "behaviour_version": float(batch.version),
-            "tokens_per_s": tokens / max(batch.rollout_s, 1e-9),
-        })
+        metrics.update(
+            {
+                **staged.timings,
+                **batch.apply,
+                "time/rollout_s": batch.rollout_s,
+                **{f"time/{k}": v for k, v in batch.timing.items()},  # generate_s, env_s: parts of rollout_s
+                "time/trainer_wait_s": t_got - t0,
+                "time/sync_s": t_end - t_learn,
+                "time/step_s": wall,
+                "trainer_idle_frac": (t_got - t0) / wall,
+                "rollout_idle_frac": min(rollout_idle / wall, 1.0),
+                "behaviour_version": float(batch.version),
+                "tokens_per_s": tokens / max(batch.rollout_s, 1e-9),
+            }
+        )
         return metrics, batch.episodes
 
     def close(self) -> None:

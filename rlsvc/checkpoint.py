@@ -113,8 +113,8 @@ def checkpoints(root: Path) -> list[Path]:
     """Checkpoint folders under `root`, newest first (temporary ones excluded)."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX):].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[len(PREFIX):]), reverse=True)
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX) and p.name[len(PREFIX) :].isdigit()]
+    return sorted(found, key=lambda p: int(p.name[len(PREFIX) :]), reverse=True)
 
 
 def problem(folder: Path) -> str | None:

@@ -17,11 +17,18 @@ def load_runs(client: Any, experiment_id: str, max_runs: int) -> list[dict]:
     for run in client.search_runs([experiment_id], order_by=["attributes.start_time ASC"], max_results=max_runs):
         history = sorted(client.get_metric_history(run.info.run_id, "return_mean"), key=lambda m: m.step)
         wall = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "time/since_start_s")}
-        runs.append({
-            "run_id": run.info.run_id, "name": run.info.run_name, "status": run.info.status, "params": run.data.params,
-            "metrics": run.data.metrics, "steps": [m.step for m in history], "returns": [m.value for m in history],
-            "wall_s": [wall.get(m.step, float("nan")) for m in history],
-        })
+        runs.append(
+            {
+                "run_id": run.info.run_id,
+                "name": run.info.run_name,
+                "status": run.info.status,
+                "params": run.data.params,
+                "metrics": run.data.metrics,
+                "steps": [m.step for m in history],
+                "returns": [m.value for m in history],
+                "wall_s": [wall.get(m.step, float("nan")) for m in history],
+            }
+        )
     return runs
 
 
@@ -76,8 +83,16 @@ def main(argv: list[str] | None = None) -> int:
         m = r["metrics"]
         final = f"{r['returns'][-1]:+.4f}" if r["returns"] else "-"
         ev = f"{m['eval/mean_return']:+.4f}" if "eval/mean_return" in m else "-"
-        table.add_row(r["name"], r["run_id"][:8], r["status"], *[str(r["params"].get(k, "")) for k in diffs],
-                      str(len(r["steps"])), final, ev, f"{m['total_s']:.0f}" if "total_s" in m else "-")
+        table.add_row(
+            r["name"],
+            r["run_id"][:8],
+            r["status"],
+            *[str(r["params"].get(k, "")) for k in diffs],
+            str(len(r["steps"])),
+            final,
+            ev,
+            f"{m['total_s']:.0f}" if "total_s" in m else "-",
+        )
     Console(width=200).print(table)
     out = Path(args.out or f"compare-{args.experiment}.png")
     telling = telling_params(diffs)  # label each line with what sets it apart

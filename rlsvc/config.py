@@ -90,13 +90,17 @@ class TitanModelConfig(Strict):
         if self.dim % self.n_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by n_heads ({self.n_heads})")
         if self.head_dim < MIN_HEAD_DIM:
-            raise ValueError(f"head dim dim/n_heads = {self.head_dim} must be >= {MIN_HEAD_DIM} (vLLM CPU attention kernels); lower n_heads or raise dim")
+            raise ValueError(
+                f"head dim dim/n_heads = {self.head_dim} must be >= {MIN_HEAD_DIM} (vLLM CPU attention kernels); lower n_heads or raise dim"
+            )
         if self.head_dim % 2:
             raise ValueError(f"head dim ({self.head_dim}) must be even for RoPE")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_kv_heads ({self.n_kv_heads}) must divide n_heads ({self.n_heads})")
         if self.vocab_size < TOKENIZER_SIZES[self.tokenizer]:
-            raise ValueError(f"vocab_size ({self.vocab_size}) must be >= the {self.tokenizer} tokenizer's {TOKENIZER_SIZES[self.tokenizer]} tokens")
+            raise ValueError(
+                f"vocab_size ({self.vocab_size}) must be >= the {self.tokenizer} tokenizer's {TOKENIZER_SIZES[self.tokenizer]} tokens"
+            )
         return self
 
 
@@ -150,7 +154,9 @@ class RolloutConfig(Strict):
     @model_validator(mode="after")
     def _check_tp(self) -> RolloutConfig:
         if self.tensor_parallel_size > 1 and self.num_gpus < self.tensor_parallel_size:
-            raise ValueError(f"tensor_parallel_size={self.tensor_parallel_size} needs num_gpus >= {self.tensor_parallel_size} (one GPU per tensor-parallel rank); num_gpus is {self.num_gpus:g}")
+            raise ValueError(
+                f"tensor_parallel_size={self.tensor_parallel_size} needs num_gpus >= {self.tensor_parallel_size} (one GPU per tensor-parallel rank); num_gpus is {self.num_gpus:g}"
+            )
         return self
 
 

@@ -93,7 +93,9 @@ def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
     return Policy(model, AutoTokenizer.from_pretrained(str(folder)), device)
 
 
-def evaluate(policy: Policy | TablePolicy, episodes: int, seed: int, greedy: bool = True, then_stick_at: int | None = None) -> dict[str, float]:
+def evaluate(
+    policy: Policy | TablePolicy, episodes: int, seed: int, greedy: bool = True, then_stick_at: int | None = None
+) -> dict[str, float]:
     """Play `episodes` hands with the plain rules; deal i uses seed `seed`+i. Greedy decisions are
     a function of the state, so each distinct state is asked once. With `then_stick_at`, the
     single-turn task (`env.then_stick_at`): the policy decides first, stick-at-N plays on."""

@@ -30,6 +30,7 @@ from rlsvc.task import Task, TaskError
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rlsvc.tracking.plots import reward_curve
 from rlsvc.tracking.run_tags import config_hash, ray_job_metadata, ray_job_tags, run_tags
+from rlsvc.trainer.titan_trainer import TrainerSpec
 from rlsvc.training_checkpoint import Best
 from rlsvc.training_checkpoint import restore as restore_checkpoint
 from rlsvc.training_checkpoint import save as save_checkpoint
@@ -51,20 +52,25 @@ def prepare_model(cfg: Config, workdir: Path) -> tuple[Any, dict[str, Any]]:
     return load_tokenizer(folder), {"files": files}
 
 
-def setup_trainers(cfg: Config, svc: Services) -> dict[str, Any]:
-    model_cfg = cfg.model.titan.model_dump()
-    kwargs = {"lr": cfg.trainer.lr, "weight_decay": cfg.trainer.weight_decay, "max_grad_norm": cfg.trainer.max_grad_norm, "seed": cfg.run.seed,
-              "param_dtype": cfg.trainer.param_dtype}
-    svc.trainer_group.setup(model_cfg, kwargs)
-    return {"model_cfg": model_cfg, "kwargs": kwargs}
+def setup_trainers(cfg: Config, svc: Services) -> TrainerSpec:
+    """Build the trainer on every rank (the reference is built from the same spec)."""
+    spec = TrainerSpec(cfg.model.titan, cfg.trainer, cfg.run.seed)
+    svc.trainer_group.setup(spec)
+    return spec
 
 
 def save_final(cfg: Config, state: dict, version: int, codec: TaskCodec, folder: Path) -> Path:
     from rlsvc.models.hf_export import save_hf_checkpoint
 
-    meta = {"allowed_token_ids": codec.allowed_token_ids, "prompt": codec.prompt_format, "task": codec.task.name, "policy_version": version,
-            # how the MLflow pyfunc model (rlsvc/tracking/policy_pyfunc.py) decodes, as training did
-            "max_tokens": cfg.rollout.max_tokens, "max_prompt_tokens": cfg.model.titan.max_seq_len - cfg.rollout.max_tokens}
+    meta = {
+        "allowed_token_ids": codec.allowed_token_ids,
+        "prompt": codec.prompt_format,
+        "task": codec.task.name,
+        "policy_version": version,
+        # how the MLflow pyfunc model (rlsvc/tracking/policy_pyfunc.py) decodes, as training did
+        "max_tokens": cfg.rollout.max_tokens,
+        "max_prompt_tokens": cfg.model.titan.max_seq_len - cfg.rollout.max_tokens,
+    }
     save_hf_checkpoint(folder, state, cfg.model.titan, extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
     return folder
 
@@ -84,8 +90,9 @@ class TrainingStart:
     best: Best | None = None
 
 
-def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console, started: float, transcripts: Path,
-          at: TrainingStart) -> tuple[dict[str, float], Best | None, list]:
+def train(
+    cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console, started: float, transcripts: Path, at: TrainingStart
+) -> tuple[dict[str, float], Best | None, list]:
     """GRPO steps from `at.start_step` until `run.steps` or the time budget; validates every
     `eval.every_steps` and checkpoints every `run.checkpoint_every` and after the last step.
     Returns the last step's metrics, the best validated policy, and the last step's episodes."""
@@ -97,9 +104,19 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
 
     def checkpoint(done: int) -> None:
         t0 = time.perf_counter()
-        save_checkpoint(run_dir, done, loop, best, {"mlflow_run_id": tracker.run_id, "tracking_uri": tracker.tracking_uri,
-                                                   "elapsed_s": time.time() - started, "config_hash": config_hash(cfg)},
-                        cfg.run.keep_checkpoints)
+        save_checkpoint(
+            run_dir,
+            done,
+            loop,
+            best,
+            {
+                "mlflow_run_id": tracker.run_id,
+                "tracking_uri": tracker.tracking_uri,
+                "elapsed_s": time.time() - started,
+                "config_hash": config_hash(cfg),
+            },
+            cfg.run.keep_checkpoints,
+        )
         tracker.log_metrics({"time/checkpoint_s": time.perf_counter() - t0}, step=done)
 
     def ledger(**record: Any) -> None:
@@ -113,8 +130,16 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
     else:
         ledger(rewind_to=at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone
     ray_metrics = RayStepMetrics(transcripts.parent.name, cfg.weight_sync.type)
-    with Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(), TextColumn("return {task.fields[ret]:+.3f}"),
-                  TextColumn("greedy {task.fields[val]:+.3f}"), TimeElapsedColumn(), TimeRemainingColumn(), console=console) as bar:
+    with Progress(
+        TextColumn("step"),
+        MofNCompleteColumn(),
+        BarColumn(),
+        TextColumn("return {task.fields[ret]:+.3f}"),
+        TextColumn("greedy {task.fields[val]:+.3f}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+    ) as bar:
         task = bar.add_task("train", total=cfg.run.steps, completed=at.start_step, ret=float("nan"), val=float("nan"))
         step, restarts, redone = at.start_step, 0, 0
         while step < cfg.run.steps:
@@ -144,12 +169,15 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
                 dead = loop.svc.dead_policy_actors()
                 if not dead:
                     raise
-                restarts, resumed, best = recover_with_retries(loop, run_dir, lambda: setup_trainers(cfg, loop.svc),
-                                                               cfg.faults.max_policy_restarts, restarts, console.print)
+                restarts, resumed, best = recover_with_retries(
+                    loop, run_dir, lambda: setup_trainers(cfg, loop.svc), cfg.faults.max_policy_restarts, restarts, console.print
+                )
                 ledger(rewind_to=resumed)  # the steps after the checkpoint are undone: their updates are gone
                 redone += step + 1 - resumed
-                console.print(f"{', '.join(dead)} died in step {step + 1} ({type(err).__name__}): policy actors restarted from the "
-                              f"checkpoint after step {resumed} ({restarts}/{cfg.faults.max_policy_restarts})")
+                console.print(
+                    f"{', '.join(dead)} died in step {step + 1} ({type(err).__name__}): policy actors restarted from the "
+                    f"checkpoint after step {resumed} ({restarts}/{cfg.faults.max_policy_restarts})"
+                )
                 tracker.log_metrics({"faults/policy_restarts": restarts, "faults/steps_redone": redone}, step=step + 1)
                 bar.update(task, completed=resumed)
                 step = done = resumed
@@ -157,7 +185,9 @@ def train(cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console,
             best_val = best.val_return if best else float("nan")
             bar.update(task, advance=1, ret=last["return_mean"], val=best_val)
             if not console.is_terminal and (step + 1) % 10 == 0:  # job logs get plain lines, not a bar
-                console.print(f"step {step + 1}/{cfg.run.steps} return {last['return_mean']:+.3f} best greedy {best_val:+.3f} elapsed {time.time() - started:.0f}s")
+                console.print(
+                    f"step {step + 1}/{cfg.run.steps} return {last['return_mean']:+.3f} best greedy {best_val:+.3f} elapsed {time.time() - started:.0f}s"
+                )
             step = done = step + 1
     if done > at.start_step and not (cfg.run.checkpoint_every and done % cfg.run.checkpoint_every == 0):
         checkpoint(done)
@@ -196,8 +226,13 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
     # It is named after the run folder (config name + start time): unique within the experiment.
     # A resumed job continues the same run, its step numbers carrying on from the checkpoint's.
     experiment = cfg.tracking.experiment or cfg.run.name
-    tracker = MlflowTracker(resume.state["tracking_uri"] if resume else resolve_tracking_uri(cfg.tracking.tracking_uri), experiment,
-                            run_dir.name, cfg.tracking.system_metrics_interval_s, run_id=resume.state["mlflow_run_id"] if resume else None)
+    tracker = MlflowTracker(
+        resume.state["tracking_uri"] if resume else resolve_tracking_uri(cfg.tracking.tracking_uri),
+        experiment,
+        run_dir.name,
+        cfg.tracking.system_metrics_interval_s,
+        run_id=resume.state["mlflow_run_id"] if resume else None,
+    )
     conn = None
     svc: Services | None = None
     status = "FAILED"
@@ -211,10 +246,18 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
 
         conn = connect(cfg.cluster, metadata=ray_job_metadata(cfg, tracker.run_id, experiment))
         resources, nodes = cluster_view()
-        tracker.set_tags({"rlsvc.run_dir": str(run_dir), "ray.dashboard": conn.dashboard_url or "", **run_tags(cfg, resources, nodes),
-                          **ray_job_tags(conn.job_id, submission_metadata())})
-        console.print(f"[bold]rlsvc[/] run {cfg.run.name}  ray={conn.address} job={conn.job_id}  dashboard={conn.dashboard_url}  "
-                      f"mlflow={tracker.tracking_uri} run_id={tracker.run_id}")
+        tracker.set_tags(
+            {
+                "rlsvc.run_dir": str(run_dir),
+                "ray.dashboard": conn.dashboard_url or "",
+                **run_tags(cfg, resources, nodes),
+                **ray_job_tags(conn.job_id, submission_metadata()),
+            }
+        )
+        console.print(
+            f"[bold]rlsvc[/] run {cfg.run.name}  ray={conn.address} job={conn.job_id}  dashboard={conn.dashboard_url}  "
+            f"mlflow={tracker.tracking_uri} run_id={tracker.run_id}"
+        )
         placement = plan(cfg, resources, nodes)
         if not cfg.cluster.autoscaling:
             pack(placement, node_resources())  # refuse now what no node can hold, rather than wait forever
@@ -223,8 +266,11 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         codec = make_codec(task, tokenizer, cfg.model.titan.max_seq_len, cfg.rollout.max_tokens)
         if cfg.rollout.constrained_actions and codec.allowed_token_ids is None:
             raise TaskError(f"rollout.constrained_actions: task {task.name} has no fixed answers of one token each")
-        sampling = {"temperature": cfg.rollout.temperature, "max_tokens": cfg.rollout.max_tokens,
-                    "allowed_token_ids": codec.allowed_token_ids if cfg.rollout.constrained_actions else None}
+        sampling = {
+            "temperature": cfg.rollout.temperature,
+            "max_tokens": cfg.rollout.max_tokens,
+            "allowed_token_ids": codec.allowed_token_ids if cfg.rollout.constrained_actions else None,
+        }
         svc = start_services(cfg, placement, source, sampling)
         trainer_setup = setup_trainers(cfg, svc)
 
@@ -237,12 +283,18 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             warm_loss = loop.warm_start(cfg.model.warm_start_steps) if cfg.model.warm_start_steps else float("nan")
             reference = svc.reference_model
             if reference is not None:
-                reference.setup(trainer_setup["model_cfg"], trainer_setup["kwargs"], svc.trainer_group.hf_state_dict())
+                reference.setup(trainer_setup, svc.trainer_group.hf_state_dict())
         sync0 = loop.sync_weights()  # waits for the vLLM engines to be up
         startup_s = time.time() - started
         tracker.log_metrics({"startup_s": startup_s, "warm_start_loss": warm_loss, **sync0}, step=at.start_step)
-        console.print(f"started in {startup_s:.0f}s" + (f", resuming after step {at.start_step} (policy version {loop.version})" if resume
-                                                          else f" (warm-start loss {warm_loss:.3f})"))
+        console.print(
+            f"started in {startup_s:.0f}s"
+            + (
+                f", resuming after step {at.start_step} (policy version {loop.version})"
+                if resume
+                else f" (warm-start loss {warm_loss:.3f})"
+            )
+        )
 
         transcripts = run_dir / "transcripts.jsonl"
         t_train = time.time()
@@ -264,19 +316,38 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         total_s = time.time() - started
         episodes_per_s = (loop.version - version_at_start) * cfg.grpo.groups_per_step * cfg.grpo.group_size / max(train_s, 1e-9)
         tracker.log_metrics({"total_s": total_s, "episodes_per_s": episodes_per_s}, step=loop.version)
-        curve = reward_curve(*tracker.history("return_mean"), run_dir / "reward_curve.png", f"{cfg.run.name}: mean return per step",
-                             *tracker.history("eval/val_return"))
+        curve = reward_curve(
+            *tracker.history("return_mean"),
+            run_dir / "reward_curve.png",
+            f"{cfg.run.name}: mean return per step",
+            *tracker.history("eval/val_return"),
+        )
         for path in (checkpoint, transcripts, curve):
             if path.exists():
                 tracker.log_artifact(path, path.name if path.is_dir() else None)
         # the same policy as an MLflow model; its input example is what the policy read last step
         examples = [codec.tokenizer.decode(ep.prompts[0], skip_special_tokens=True) for ep in last_episodes[:2] if ep.prompts]
         model_uri = tracker.log_policy_model(checkpoint, examples or [""])
-        (run_dir / "result.json").write_text(json.dumps({
-            "checkpoint": str(checkpoint), "mlflow_run_id": tracker.run_id, "mlflow_model_uri": model_uri, "tracking_uri": tracker.tracking_uri,
-            "steps": loop.version, "saved_version": saved_version, "best_val_return": best.val_return if best else None, "total_s": total_s, "startup_s": startup_s, "train_s": train_s,
-            "episodes_per_s": episodes_per_s, "eval": result, "last_step": last,
-        }, indent=2))
+        (run_dir / "result.json").write_text(
+            json.dumps(
+                {
+                    "checkpoint": str(checkpoint),
+                    "mlflow_run_id": tracker.run_id,
+                    "mlflow_model_uri": model_uri,
+                    "tracking_uri": tracker.tracking_uri,
+                    "steps": loop.version,
+                    "saved_version": saved_version,
+                    "best_val_return": best.val_return if best else None,
+                    "total_s": total_s,
+                    "startup_s": startup_s,
+                    "train_s": train_s,
+                    "episodes_per_s": episodes_per_s,
+                    "eval": result,
+                    "last_step": last,
+                },
+                indent=2,
+            )
+        )
         status = "FINISHED"
         summary(console, cfg, loop.version, saved_version, last, result, checkpoint, tracker, total_s, model_uri)
         return 0
@@ -296,13 +367,27 @@ def resumed_tags(tracker: MlflowTracker, cfg: Config, resume: ResumePoint) -> di
     before = tracker.client.get_run(tracker.run_id).data.params
     changed = {k: str(v) for k, v in flatten(cfg.model_dump(mode="json")).items() if before.get(k, str(v)) != str(v)}
     count = int(tracker.client.get_run(tracker.run_id).data.tags.get("rlsvc.resumes", "0")) + 1
-    return {"rlsvc.resumes": str(count), f"rlsvc.resume.{count}.from_step": str(resume.state["step"]),
-            f"rlsvc.resume.{count}.steps_redone": str(max(logged - resume.state["step"], 0)),
-            f"rlsvc.resume.{count}.checkpoint": resume.folder.name, **({f"rlsvc.resume.{count}.changed": json.dumps(changed)} if changed else {})}
+    return {
+        "rlsvc.resumes": str(count),
+        f"rlsvc.resume.{count}.from_step": str(resume.state["step"]),
+        f"rlsvc.resume.{count}.steps_redone": str(max(logged - resume.state["step"], 0)),
+        f"rlsvc.resume.{count}.checkpoint": resume.folder.name,
+        **({f"rlsvc.resume.{count}.changed": json.dumps(changed)} if changed else {}),
+    }
 
 
-def summary(console: Console, cfg: Config, version: int, saved: int, last: dict, result: dict, checkpoint: Path, tracker: MlflowTracker,
-            total_s: float, model_uri: str) -> None:
+def summary(
+    console: Console,
+    cfg: Config,
+    version: int,
+    saved: int,
+    last: dict,
+    result: dict,
+    checkpoint: Path,
+    tracker: MlflowTracker,
+    total_s: float,
+    model_uri: str,
+) -> None:
     table = Table(title="rlsvc run summary", show_header=False)
     rows = [
         ("steps (policy version)", str(version)),

@@ -79,8 +79,9 @@ class NonFiniteGuard:
         if train_metrics.get("nonfinite_skipped", 0.0) > 0:
             self.skipped += 1
             if self.skipped >= self.limit:
-                raise TooManyNonFiniteSteps(f"{self.skipped} steps had a non-finite loss or gradient "
-                                            f"(faults.max_nonfinite_steps={self.limit}); stopping")
+                raise TooManyNonFiniteSteps(
+                    f"{self.skipped} steps had a non-finite loss or gradient (faults.max_nonfinite_steps={self.limit}); stopping"
+                )
 
 
 def score(rewards: RewardClient, episodes: list[Episode]) -> tuple[list[Episode], int, int]:
@@ -112,8 +113,9 @@ def warm_start_batches(codec: TaskCodec, seed: int, steps: int, batch_size: int)
         yield input_ids, mask
 
 
-def choose_greedy(codec: TaskCodec, logprobs: Callable[[torch.Tensor], torch.Tensor], observations: Sequence[Any],
-                  candidates: Sequence[str]) -> list[int]:
+def choose_greedy(
+    codec: TaskCodec, logprobs: Callable[[torch.Tensor], torch.Tensor], observations: Sequence[Any], candidates: Sequence[str]
+) -> list[int]:
     """For each observation, the index of the candidate answer whose tokens the policy finds most
     likely after the prompt (`logprobs`: the trainer's [N, T] token logprobs); ties go to the
     last candidate."""
@@ -126,8 +128,10 @@ def choose_greedy(codec: TaskCodec, logprobs: Callable[[torch.Tensor], torch.Ten
         ids[r, : len(p) + len(a)] = torch.tensor(p + a)
     lp = logprobs(ids)
     n = len(prompts)
-    scores = torch.stack([torch.stack([lp[c * n + i, len(prompts[i]) : len(prompts[i]) + len(a)].sum() for i in range(n)])
-                          for c, a in enumerate(answers)], dim=1)  # [N, candidates]
+    scores = torch.stack(
+        [torch.stack([lp[c * n + i, len(prompts[i]) : len(prompts[i]) + len(a)].sum() for i in range(n)]) for c, a in enumerate(answers)],
+        dim=1,
+    )  # [N, candidates]
     flipped = scores.flip(1).argmax(dim=1)  # argmax takes the first maximum: flipped, the last
     return [len(answers) - 1 - int(j) for j in flipped]
 
@@ -227,14 +231,16 @@ class GRPOLoop:
         sync = self.sync_weights()
         t_end = time.perf_counter()
         tokens = sum(len(r) for ep in episodes for r in ep.responses)
-        metrics.update({
-            **sync,
-            "time/rollout_s": t_rollout - t0,
-            **{f"time/{k}": v for k, v in self.runner.last_timing.items()},  # generate_s, env_s: parts of rollout_s
-            "time/sync_s": t_end - t_learn,
-            "time/step_s": t_end - t0,
-            "tokens_per_s": tokens / max(t_rollout - t0, 1e-9),
-        })
+        metrics.update(
+            {
+                **sync,
+                "time/rollout_s": t_rollout - t0,
+                **{f"time/{k}": v for k, v in self.runner.last_timing.items()},  # generate_s, env_s: parts of rollout_s
+                "time/sync_s": t_end - t_learn,
+                "time/step_s": t_end - t0,
+                "tokens_per_s": tokens / max(t_rollout - t0, 1e-9),
+            }
+        )
         return metrics, episodes
 
     def learn(self, episodes: list[Episode]) -> dict[str, float]:
@@ -248,8 +254,12 @@ class GRPOLoop:
         episodes, dropped = drop_failed_groups(played)
         episodes, dropped_scoring, reward_errors = score(svc.reward_client, episodes)
         dropped += dropped_scoring
-        faults = {"groups_dropped": float(dropped), "failed_episodes": float(env_failures), "reward_errors": float(reward_errors),
-                  "env_actor_failures": float(getattr(svc.fleet, "take_failures", lambda: 0)())}
+        faults = {
+            "groups_dropped": float(dropped),
+            "failed_episodes": float(env_failures),
+            "reward_errors": float(reward_errors),
+            "env_actor_failures": float(getattr(svc.fleet, "take_failures", lambda: 0)()),
+        }
         assign_advantages(episodes, G, cfg.grpo.normalize_std)
         buffer = svc.buffer_client
         depth = buffer.add(episodes)
@@ -260,8 +270,14 @@ class GRPOLoop:
         t_reward = time.perf_counter()
         if not batch_eps:  # every group failed: nothing to learn from; the version still moves on
             self.version += 1
-            return {**episode_metrics(played, self.codec), **faults, "train_skipped": 1.0, "buffer_depth": float(depth),
-                    "policy_version": float(self.version), "time/reward_s": t_reward - t0}
+            return {
+                **episode_metrics(played, self.codec),
+                **faults,
+                "train_skipped": 1.0,
+                "buffer_depth": float(depth),
+                "policy_version": float(self.version),
+                "time/reward_s": t_reward - t0,
+            }
         batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
 
         reference = svc.reference_model

@@ -32,7 +32,7 @@ class TaskCodec:
             return self._cache[key]
         ids = self.tokens(self.task.render(obs))
         if self.max_prompt_tokens is not None:
-            ids = ids[-self.max_prompt_tokens:]
+            ids = ids[-self.max_prompt_tokens :]
         ids = self.bos + ids
         if key is not None:
             self._cache[key] = ids

@@ -25,8 +25,9 @@ class TooManyRestarts(RuntimeError):
     pass
 
 
-def recover_with_retries(loop: Any, run_dir: Path, setup_trainers: Callable[[], dict], limit: int, restarts: int,
-                         report: Callable[[str], None] = print) -> tuple[int, int, Best | None]:
+def recover_with_retries(
+    loop: Any, run_dir: Path, setup_trainers: Callable[[], Any], limit: int, restarts: int, report: Callable[[str], None] = print
+) -> tuple[int, int, Best | None]:
     """`recover`, again if an actor dies during it, within `limit` restarts in all. Returns
     (restarts so far, the checkpoint's step, its best policy)."""
     while True:
@@ -39,10 +40,10 @@ def recover_with_retries(loop: Any, run_dir: Path, setup_trainers: Callable[[], 
             report(f"recovery interrupted ({type(again).__name__}); again")
 
 
-def recover(loop: Any, run_dir: Path, setup_trainers: Callable[[], dict]) -> tuple[int, Best | None]:
+def recover(loop: Any, run_dir: Path, setup_trainers: Callable[[], Any]) -> tuple[int, Best | None]:
     """New trainer ranks and reference (the whole group), new rollout workers for dead ones,
     everything loaded from the newest complete checkpoint, weights synced. `setup_trainers`
-    builds the trainer on the new ranks and returns its settings (for the reference). Returns
+    builds the trainer on the new ranks and returns its spec (the reference is built from it). Returns
     the checkpoint's step and its best policy."""
     svc = loop.svc
     loop.sync.close(timeout_s=10)

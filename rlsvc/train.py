@@ -29,11 +29,15 @@ def config_reference() -> str:
             doc = " ".join((field.description or "").split())
             if isinstance(value, EnvBase):  # one section per task type: the shared fields, then each type's own
                 lines.append(f"\n  {prefix}{name}: {doc}")
-                lines.append(f"    {prefix}{name}.type (blackjack|code|plugin, default {value.type!r}): the built-in task (plugin: set by env.task)")
+                lines.append(
+                    f"    {prefix}{name}.type (blackjack|code|plugin, default {value.type!r}): the built-in task (plugin: set by env.task)"
+                )
                 walk(EnvBase, f"{prefix}{name}.", value)
                 for variant in (BlackjackEnvConfig, CodeEnvConfig, PluginEnvConfig):
                     own = variant.model_construct(task=None) if variant is PluginEnvConfig else variant()
-                    lines.append(f"\n  {prefix}{name} (type={own.type}): {' '.join((variant.model_fields['type'].description or '').split())}")
+                    lines.append(
+                        f"\n  {prefix}{name} (type={own.type}): {' '.join((variant.model_fields['type'].description or '').split())}"
+                    )
                     walk(variant, f"{prefix}{name}.", own, skip=(*EnvBase.model_fields, "type"))
             elif isinstance(value, BaseModel):
                 lines.append(f"\n  {prefix}{name}: {doc}")
@@ -59,12 +63,18 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", help="YAML config file (default: the built-in tiny BlackJack config)")
-    p.add_argument("--resume", metavar="RUN_FOLDER",
-                   help="continue a run from its newest complete checkpoint (RUN_FOLDER/checkpoints/), in the same MLflow run; "
-                        "the config is the run's own (RUN_FOLDER/config.yaml) plus any overrides, e.g. run.steps=500")
+    p.add_argument(
+        "--resume",
+        metavar="RUN_FOLDER",
+        help="continue a run from its newest complete checkpoint (RUN_FOLDER/checkpoints/), in the same MLflow run; "
+        "the config is the run's own (RUN_FOLDER/config.yaml) plus any overrides, e.g. run.steps=500",
+    )
     p.add_argument("--print-config", action="store_true", help="print the resolved config as YAML and exit")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the resolved config and the placement plan (actor -> node group, CPUs/GPUs) and exit; starts nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved config and the placement plan (actor -> node group, CPUs/GPUs) and exit; starts nothing",
+    )
     p.add_argument("overrides", nargs="*", metavar="key.sub=value", help="dotted overrides, e.g. run.steps=50 grpo.kl_coef=0")
     return p
 

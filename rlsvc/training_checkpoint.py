@@ -43,12 +43,16 @@ def save(run_dir: Path, step: int, loop: Any, best: Best | None, extra_state: di
         snap["items"] = [dataclasses.asdict(ep) for ep in snap["items"]]  # JSON, not pickle: loading runs no code
         (folder / "buffer.json").write_text(json.dumps(snap))
 
-    state = {**extra_state, **loop.state_dict(),
-             "best_val_return": best.val_return if best else None, "best_version": best.version if best else None}
+    state = {
+        **extra_state,
+        **loop.state_dict(),
+        "best_val_return": best.val_return if best else None,
+        "best_version": best.version if best else None,
+    }
     return write_checkpoint(run_dir / CHECKPOINTS, step, fill, state, keep)
 
 
-def restore(folder: Path, state: dict, loop: Any, trainer_setup: dict) -> Best | None:
+def restore(folder: Path, state: dict, loop: Any, trainer_spec: Any) -> Best | None:
     """Load a checkpoint into the freshly started actors and the loop; returns the best policy."""
     from safetensors.torch import load_file
 
@@ -56,7 +60,7 @@ def restore(folder: Path, state: dict, loop: Any, trainer_setup: dict) -> Best |
     svc.trainer_group.load_checkpoint(str(folder / "trainer"))
     reference = svc.reference_model
     if reference is not None:
-        reference.setup(trainer_setup["model_cfg"], trainer_setup["kwargs"], load_file(str(folder / "reference.safetensors")))
+        reference.setup(trainer_spec, load_file(str(folder / "reference.safetensors")))
     from rlsvc.buffer.replay import Episode
 
     snap = json.loads((folder / "buffer.json").read_text())

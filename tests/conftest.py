@@ -102,8 +102,20 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
     def start(max_sessions: int, port: int = 0, *overrides: str) -> tuple[subprocess.Popen, str]:
         n = len(procs)
         port_file, log_path = tmp_path / f"server{n}.port", tmp_path / f"server{n}.log"
-        cmd = [sys.executable, "-m", "rlsvc.envs.serve", "--host", "127.0.0.1", "--port", str(port),
-               "--max-sessions", str(max_sessions), "--port-file", str(port_file), *overrides]
+        cmd = [
+            sys.executable,
+            "-m",
+            "rlsvc.envs.serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-sessions",
+            str(max_sessions),
+            "--port-file",
+            str(port_file),
+            *overrides,
+        ]
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
         procs.append(proc)
@@ -121,8 +133,15 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
             stop_process(proc)
 
 
-TINY_HF_SHAPE = dict(vocab_size=320, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=256,
-             max_position_embeddings=128)
+TINY_HF_SHAPE = dict(
+    vocab_size=320,
+    hidden_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=256,
+    max_position_embeddings=128,
+)
 
 
 def tiny_hf_checkpoint(family: str, folder: Path):

@@ -139,22 +139,15 @@ class TrainerWorker(_WeightSyncEndpoint):
         self._store, address = host(ray.util.get_node_ip_address(), self.world_size)
         return address
 
-    def setup(self, model_cfg: dict, trainer_kwargs: dict, rendezvous: str | None, init_hf_state_dict: dict | None) -> bool:
-        from rlsvc.models.titan import ModelConfig
+    def setup(self, spec: Any, rendezvous: str | None, init_hf_state_dict: dict | None) -> bool:
+        """Build this rank's trainer from `spec` (rlsvc.trainer.titan_trainer.TrainerSpec); with
+        `rendezvous`, join the ranks' process group first."""
         from rlsvc.rendezvous import join
-        from rlsvc.trainer.titan_trainer import TitanTrainer
 
         store = None
         if rendezvous is not None:
             store = self._store if self.rank == 0 else join(rendezvous, self.world_size)
-        self.trainer = TitanTrainer(
-            ModelConfig(**model_cfg),
-            rank=self.rank,
-            world_size=self.world_size,
-            dist_store=store,
-            init_hf_state_dict=init_hf_state_dict,
-            **trainer_kwargs,
-        )
+        self.trainer = spec.build(rank=self.rank, world_size=self.world_size, dist_store=store, init_hf_state_dict=init_hf_state_dict)
         return True
 
     # the plain trainer's endpoints (rlsvc/trainer/titan_trainer.py), one thin forward each;

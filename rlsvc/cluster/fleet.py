@@ -68,7 +68,9 @@ class RayEnvFleet:
     reach the restarted actor (a reset waits for it). An actor that fails `max_consecutive_failures` calls in a row
     (its restarts used up) stops the job."""
 
-    def __init__(self, actors: list[Any], sessions_per_actor: int, max_consecutive_failures: int = 3, restart_wait_s: float = 300.0) -> None:
+    def __init__(
+        self, actors: list[Any], sessions_per_actor: int, max_consecutive_failures: int = 3, restart_wait_s: float = 300.0
+    ) -> None:
         self.actors = actors
         self.per_actor = sessions_per_actor
         self.num_slots = len(actors) * sessions_per_actor
@@ -88,8 +90,7 @@ class RayEnvFleet:
         for pos, (slot, arg) in enumerate(zip(slots, args)):
             by_actor[slot // self.per_actor].append((pos, slot % self.per_actor, arg))
         refs = {
-            a: getattr(self.actors[a], method).remote([s for _, s, _ in items], [x for _, _, x in items])
-            for a, items in by_actor.items()
+            a: getattr(self.actors[a], method).remote([s for _, s, _ in items], [x for _, _, x in items]) for a, items in by_actor.items()
         }
         out: list[Any] = [None] * len(slots)
         for a, items in by_actor.items():

@@ -13,13 +13,16 @@ restarted actor underneath `RewardClient.score` and the `ReplayBufferClient` cal
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 import torch
 
 from rlsvc.buffer.replay import Episode
 from rlsvc.trainer.batch import split_batch
+
+if TYPE_CHECKING:
+    from rlsvc.trainer.titan_trainer import TrainerSpec
 
 
 class TrainerGroup:
@@ -36,10 +39,10 @@ class TrainerGroup:
     def _split(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
         return split_batch(batch, len(self.ranks))
 
-    def setup(self, model_cfg: dict, trainer_kwargs: dict, init_hf_state_dict: dict | None = None) -> None:
-        """Build the trainer on every rank; ranks join one process group when there are several."""
+    def setup(self, spec: TrainerSpec, init_hf_state_dict: dict | None = None) -> None:
+        """Build the trainer on every rank from `spec`; ranks join one process group when there are several."""
         rendezvous = ray.get(self.ranks[0].rendezvous_address.remote()) if len(self.ranks) > 1 else None
-        ray.get([t.setup.remote(model_cfg, trainer_kwargs, rendezvous, init_hf_state_dict) for t in self.ranks])
+        ray.get([t.setup.remote(spec, rendezvous, init_hf_state_dict) for t in self.ranks])
 
     def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float:
         """One supervised step on the batch, split over the ranks; rank 0's loss."""
@@ -86,8 +89,8 @@ class ReferenceModel:
     def __init__(self, actor: Any) -> None:
         self.actor = actor
 
-    def setup(self, model_cfg: dict, trainer_kwargs: dict, hf_state_dict: dict | None) -> None:
-        ray.get(self.actor.setup.remote(model_cfg, trainer_kwargs, None, hf_state_dict))
+    def setup(self, spec: TrainerSpec, hf_state_dict: dict | None) -> None:
+        ray.get(self.actor.setup.remote(spec, None, hf_state_dict))
 
     def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
         return ray.get(self.actor.logprobs.remote(input_ids, allowed_token_ids))  # type: ignore[no-any-return]

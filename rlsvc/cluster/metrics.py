@@ -22,8 +22,14 @@ from __future__ import annotations
 from typing import Any
 
 # MLflow metric -> step phase
-PHASES = {"time/rollout_s": "rollout", "time/reward_s": "reward", "time/reference_s": "reference", "time/train_s": "train",
-          "time/sync_s": "sync", "time/step_s": "step"}
+PHASES = {
+    "time/rollout_s": "rollout",
+    "time/reward_s": "reward",
+    "time/reference_s": "reference",
+    "time/train_s": "train",
+    "time/sync_s": "sync",
+    "time/step_s": "step",
+}
 
 
 class RayStepMetrics:
@@ -31,12 +37,16 @@ class RayStepMetrics:
         from ray.util.metrics import Counter, Gauge
 
         self.run, self.transport = run, transport
-        self.episodes_per_s = Gauge("rlsvc_episodes_per_second", "Episodes trained on per wall second (last step)", tag_keys=("role", "run"))
+        self.episodes_per_s = Gauge(
+            "rlsvc_episodes_per_second", "Episodes trained on per wall second (last step)", tag_keys=("role", "run")
+        )
         self.tokens_per_s = Gauge("rlsvc_tokens_per_second", "Tokens sampled per second of rollout (last step)", tag_keys=("role", "run"))
         self.mean_return = Gauge("rlsvc_mean_return", "Mean reward of the last step's episodes", tag_keys=("role", "run"))
         self.staleness = Gauge("rlsvc_staleness", "Policy versions between acting and learning", tag_keys=("role", "run", "stat"))
         self.buffer_depth = Gauge("rlsvc_buffer_depth", "Episodes left in the replay buffer after sampling", tag_keys=("role", "run"))
-        self.sync = Gauge("rlsvc_weight_sync_seconds", "Seconds per weight-sync phase (last step)", tag_keys=("role", "run", "phase", "transport"))
+        self.sync = Gauge(
+            "rlsvc_weight_sync_seconds", "Seconds per weight-sync phase (last step)", tag_keys=("role", "run", "phase", "transport")
+        )
         self.phase = Gauge("rlsvc_step_phase_seconds", "Seconds per step phase (last step)", tag_keys=("role", "run", "phase"))
         self.env_errors = Counter("rlsvc_env_errors_total", "Episodes whose environment failed", tag_keys=("role", "run"))
         self.episodes = Counter("rlsvc_episodes_total", "Episodes played", tag_keys=("role", "run"))

@@ -109,8 +109,9 @@ def planned(cfg: Config) -> dict[Role, Placement]:
         group: NodeGroup = "gpu" if role in GPU_GROUP_ROLES else "cpu"
         cpus, gpus = sizes[role]
         restarts = cfg.faults.max_actor_restarts if role in RESTARTED_ROLES else 0
-        out[role] = Placement(role, group, cpus, gpus, group_label(cfg, group), counts[role], role in SPREAD_ROLES,
-                              restarts, RESTARTED_ROLES.get(role, False))
+        out[role] = Placement(
+            role, group, cpus, gpus, group_label(cfg, group), counts[role], role in SPREAD_ROLES, restarts, RESTARTED_ROLES.get(role, False)
+        )
     return out
 
 
@@ -127,7 +128,9 @@ def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> di
     for role, place in out.items():
         if place.resource not in cluster_resources:
             if num_nodes > 1:
-                raise PlacementError(f"no node of this {num_nodes}-node Ray cluster advertises resource '{place.resource}' for {role} actors")
+                raise PlacementError(
+                    f"no node of this {num_nodes}-node Ray cluster advertises resource '{place.resource}' for {role} actors"
+                )
             log.warning("the Ray cluster advertises no '%s'; placing %s actors without it", place.resource, role)
             out[role] = dataclasses.replace(place, resource=None)
     return out
@@ -161,8 +164,10 @@ def pack(placement: dict[Role, Placement], nodes: list[dict[str, float]]) -> dic
                 break
         else:
             have = ", ".join(f"{n.get('CPU', 0):g} CPU/{n.get('GPU', 0):g} GPU" for n in nodes)
-            raise PlacementError(f"{actor_name(p.role, i, p.count)} ({p.num_cpus:g} CPU, {p.num_gpus:g} GPU, on '{p.resource}') "
-                                 f"fits on no node of this cluster (nodes: {have}; the actors before it took their share)")
+            raise PlacementError(
+                f"{actor_name(p.role, i, p.count)} ({p.num_cpus:g} CPU, {p.num_gpus:g} GPU, on '{p.resource}') "
+                f"fits on no node of this cluster (nodes: {have}; the actors before it took their share)"
+            )
     return where
 
 

@@ -156,8 +156,12 @@ def connect(cfg: ClusterConfig, log_to_driver: bool = True, metadata: dict[str, 
     if metadata:
         annotate_submission(metadata)
     dashboard = getattr(ctx, "dashboard_url", None)
-    return Connection(started, address or ctx.address_info.get("address", "local"), f"http://{dashboard}" if dashboard else None,
-                      ray.get_runtime_context().get_job_id())
+    return Connection(
+        started,
+        address or ctx.address_info.get("address", "local"),
+        f"http://{dashboard}" if dashboard else None,
+        ray.get_runtime_context().get_job_id(),
+    )
 
 
 def cluster_view() -> tuple[dict[str, float], int]:

@@ -91,8 +91,11 @@ class Services:
         """Names of the trainer ranks, reference and rollout workers that are dead. A rank busy
         in a collective does not answer either; only a definite death counts here."""
         ref = [("rlsvc-reference", self.reference)] if self.reference is not None else []
-        named = [*((f"rlsvc-trainer-{i}", t) for i, t in enumerate(self.trainers)), *ref,
-                 *((f"rlsvc-rollout-{i}", w) for i, w in enumerate(self.rollout))]
+        named = [
+            *((f"rlsvc-trainer-{i}", t) for i, t in enumerate(self.trainers)),
+            *ref,
+            *((f"rlsvc-rollout-{i}", w) for i, w in enumerate(self.rollout)),
+        ]
         return [name for name, actor in named if not _alive(actor, timeout_s, busy_is_alive=True)]
 
     def restart_policy_group(self, timeout_s: float = 60.0) -> None:
@@ -159,6 +162,7 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         "dtype": cfg.rollout.dtype,
         "tensor_parallel_size": cfg.rollout.tensor_parallel_size,
     }
+
     def make_rollout(i: int) -> Any:
         return _actor(RolloutWorker, placement["rollout"], i)(model_source, engine_kwargs, sampling)
 

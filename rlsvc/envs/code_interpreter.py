@@ -79,7 +79,9 @@ class TogetherBackend:
     def __init__(self, s: CodeEnvSettings) -> None:
         from rlsvc.sandbox.together import RetryPolicy, TogetherInterpreter
 
-        self.client = TogetherInterpreter(base_url=s.together_base_url, timeout_s=s.exec_timeout_s + 25, retry=RetryPolicy(attempts=s.attempts))
+        self.client = TogetherInterpreter(
+            base_url=s.together_base_url, timeout_s=s.exec_timeout_s + 25, retry=RetryPolicy(attempts=s.attempts)
+        )
 
     def open_session(self) -> Session:
         return TogetherSession(self.client)
@@ -179,17 +181,30 @@ class CodeEpisode:
         obs["score"] = score
         return obs
 
-    def _obs(self, r: SandboxResult | None, reward: float | None, outcome: str | None = None, failed: bool = False,
-             failure: str | None = None) -> dict[str, Any]:
+    def _obs(
+        self, r: SandboxResult | None, reward: float | None, outcome: str | None = None, failed: bool = False, failure: str | None = None
+    ) -> dict[str, Any]:
         assert self.task is not None
         error_type, error_message = split_error(r.error if r else None)
         return {
-            "task": self.task.kind, "prompt": self.task.prompt, "turn": self.turn, "max_turns": self.s.max_turns,
-            "stdout": r.stdout[-2000:] if r else "", "stderr": r.stderr[-2000:] if r else "",
-            "error_type": error_type, "error_message": error_message,
-            "exit_code": r.exit_code if r else None, "timed_out": bool(r and r.timed_out), "elapsed_s": r.elapsed_s if r else 0.0,
-            "outcome": outcome, "failed": failed, "failure": failure, "errors": self.errors, "score": None,
-            "done": self.done, "reward": reward,
+            "task": self.task.kind,
+            "prompt": self.task.prompt,
+            "turn": self.turn,
+            "max_turns": self.s.max_turns,
+            "stdout": r.stdout[-2000:] if r else "",
+            "stderr": r.stderr[-2000:] if r else "",
+            "error_type": error_type,
+            "error_message": error_message,
+            "exit_code": r.exit_code if r else None,
+            "timed_out": bool(r and r.timed_out),
+            "elapsed_s": r.elapsed_s if r else 0.0,
+            "outcome": outcome,
+            "failed": failed,
+            "failure": failure,
+            "errors": self.errors,
+            "score": None,
+            "done": self.done,
+            "reward": reward,
         }
 
     def close_session(self) -> None:

@@ -121,8 +121,14 @@ def blackjack_spec(then_stick_at: int | None = None) -> EnvSpec:
 def code_spec(settings: Any) -> EnvSpec:
     from rlsvc.envs.code_interpreter import CodeAction, CodeInterpreterEnvironment, CodeObservation, CodeState
 
-    return EnvSpec("code_interpreter", CodeInterpreterEnvironment.configured(settings), CodeAction, CodeObservation, CodeState,
-                   lambda a: {"kind": a[0], "content": a[1]})
+    return EnvSpec(
+        "code_interpreter",
+        CodeInterpreterEnvironment.configured(settings),
+        CodeAction,
+        CodeObservation,
+        CodeState,
+        lambda a: {"kind": a[0], "content": a[1]},
+    )
 
 
 def _make_client_class(spec: EnvSpec) -> type:

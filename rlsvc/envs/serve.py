@@ -226,10 +226,12 @@ def task_spec(config: str | None, overrides: list[str]) -> EnvSpec:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlsvc.envs.serve",
-                                     description="Serve the OpenEnv environment of a task over WebSockets, as its own process. The task "
-                                                 "comes from a training config's env section (default: BlackJack), e.g. env.type=code or "
-                                                 "env.task=package.module:factory.")
+    parser = argparse.ArgumentParser(
+        prog="python -m rlsvc.envs.serve",
+        description="Serve the OpenEnv environment of a task over WebSockets, as its own process. The task "
+        "comes from a training config's env section (default: BlackJack), e.g. env.type=code or "
+        "env.task=package.module:factory.",
+    )
     parser.add_argument("--config", help="training config whose env section names the task (default: the built-in one)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0: any free port (see --port-file)")

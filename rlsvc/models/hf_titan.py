@@ -95,18 +95,33 @@ def titan_config(hf: dict[str, Any], max_seq_len: int) -> Any:
         block, model_cls = Qwen3TransformerBlock, Qwen3Model
     layers = []
     for _ in range(int(hf["num_hidden_layers"])):
-        attention = make_gqa_config(dim=dim, n_heads=n_heads, n_kv_heads=n_kv, head_dim=hd, wqkv_param_init=init["linear"],
-                                    wo_param_init=init["linear"], inner_attention=ScaledDotProductAttention.Config(), fuse_qkv=False,
-                                    rope=rope, qk_norm=norm(hd) if kind == "qwen3" else None)
+        attention = make_gqa_config(
+            dim=dim,
+            n_heads=n_heads,
+            n_kv_heads=n_kv,
+            head_dim=hd,
+            wqkv_param_init=init["linear"],
+            wo_param_init=init["linear"],
+            inner_attention=ScaledDotProductAttention.Config(),
+            fuse_qkv=False,
+            rope=rope,
+            qk_norm=norm(hd) if kind == "qwen3" else None,
+        )
         if kind == "qwen2":  # q/k/v carry a bias in Qwen2 (not o_proj)
             attention.qkv_linear.wq.bias = True
             attention.qkv_linear.wkv.bias = True
-        ffn = make_ffn_config(dim=dim, hidden_dim=int(hf["intermediate_size"]), w1_param_init=init["linear"], w2w3_param_init=init["linear"])
+        ffn = make_ffn_config(
+            dim=dim, hidden_dim=int(hf["intermediate_size"]), w1_param_init=init["linear"], w2w3_param_init=init["linear"]
+        )
         layers.append(block.Config(attention_norm=norm(dim), ffn_norm=norm(dim), attention=attention, feed_forward=ffn))
     return model_cls.Config(
-        dim=dim, vocab_size=vocab, enable_weight_tying=bool(hf.get("tie_word_embeddings", False)),
+        dim=dim,
+        vocab_size=vocab,
+        enable_weight_tying=bool(hf.get("tie_word_embeddings", False)),
         tok_embeddings=Embedding.Config(num_embeddings=vocab, embedding_dim=dim, param_init=init["embedding"]),
-        norm=norm(dim), lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=init["linear"]), layers=layers,
+        norm=norm(dim),
+        lm_head=Linear.Config(in_features=dim, out_features=vocab, param_init=init["linear"]),
+        layers=layers,
     )
 
 
@@ -116,9 +131,13 @@ def _llama_scaling(scaling: dict[str, Any]) -> dict[str, Any]:
         return {}
     if scaling.get("rope_type", scaling.get("type")) != "llama3":
         raise HFModelError(f"model.path: llama rope scaling {scaling} is not supported")
-    return {"scaling": "llama", "scaling_factor": float(scaling["factor"]), "low_freq_factor": float(scaling["low_freq_factor"]),
-            "high_freq_factor": float(scaling["high_freq_factor"]),
-            "original_max_position_embeddings": int(scaling["original_max_position_embeddings"])}
+    return {
+        "scaling": "llama",
+        "scaling_factor": float(scaling["factor"]),
+        "low_freq_factor": float(scaling["low_freq_factor"]),
+        "high_freq_factor": float(scaling["high_freq_factor"]),
+        "original_max_position_embeddings": int(scaling["original_max_position_embeddings"]),
+    }
 
 
 def _inits() -> dict[str, dict]:
@@ -127,8 +146,11 @@ def _inits() -> dict[str, dict]:
 
     from torch import nn
 
-    return {"linear": {"weight": partial(nn.init.normal_, std=0.02), "bias": nn.init.zeros_},
-            "norm": {"weight": nn.init.ones_}, "embedding": {"weight": partial(nn.init.normal_, std=0.02)}}
+    return {
+        "linear": {"weight": partial(nn.init.normal_, std=0.02), "bias": nn.init.zeros_},
+        "norm": {"weight": nn.init.ones_},
+        "embedding": {"weight": partial(nn.init.normal_, std=0.02)},
+    }
 
 
 def state_dict_adapter(hf: dict[str, Any], model_config: Any) -> Any:
@@ -189,7 +211,9 @@ def build_hf_model(folder: str | Path, max_seq_len: int, device: str = "cpu") ->
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not (cfg.enable_weight_tying and k == "lm_head.weight")]
     if missing or unexpected:
-        raise HFModelError(f"model.path: weights do not match the {hf['model_type']} model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise HFModelError(
+            f"model.path: weights do not match the {hf['model_type']} model: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
     return model.to(torch.device(device)), adapter, hf
 
 

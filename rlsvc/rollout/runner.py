@@ -128,8 +128,14 @@ class RolloutRunner:
             for s in free:
                 del running[s]
 
-    def _start(self, free: list[int], waiting: Iterator[tuple[int, tuple[int, int]]], running: dict[int, int],
-               obs: dict[int, Any], episodes: list[Episode]) -> None:
+    def _start(
+        self,
+        free: list[int],
+        waiting: Iterator[tuple[int, tuple[int, int]]],
+        running: dict[int, int],
+        obs: dict[int, Any],
+        episodes: list[Episode],
+    ) -> None:
         """Begin the next waiting episodes on the free slots (one reset call per round)."""
         while free:
             batch = list(zip(free, waiting))  # stops at whichever runs out first

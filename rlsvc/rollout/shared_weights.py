@@ -77,7 +77,9 @@ def copy_plan(model: torch.nn.Module, flat: torch.Tensor, specs: Iterable[tuple[
         for dst, src in _Probe.ops:
             if not base <= dst.data_ptr() < end:
                 raise RuntimeError(f"{name} is loaded into memory outside the shared weight file")
-            plan[name][2].append((src.storage_offset(), tuple(src.shape), src.stride(), dst.data_ptr() - base, tuple(dst.shape), dst.stride()))
+            plan[name][2].append(
+                (src.storage_offset(), tuple(src.shape), src.stride(), dst.data_ptr() - base, tuple(dst.shape), dst.stride())
+            )
         _Probe.ops = []
 
     with torch.no_grad():
@@ -153,5 +155,3 @@ def checkpoint_specs(model_dir: str) -> list[tuple[str, tuple[int, ...], torch.d
 
 
 _DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "F64": torch.float64}
-
-

@@ -48,8 +48,10 @@ def build_app(api_key: str, limits: SandboxLimits | None = None, timeout_s: floa
             if fault == "timeout":
                 await asyncio.sleep(fault_sleep_s)
             elif fault == "failed":
-                return {"data": {"session_id": body.get("session_id"), "status": "failed", "outputs": []},
-                        "errors": [{"code": "sandbox_error", "message": "the sandbox crashed"}]}
+                return {
+                    "data": {"session_id": body.get("session_id"), "status": "failed", "outputs": []},
+                    "errors": [{"code": "sandbox_error", "message": "the sandbox crashed"}],
+                }
             else:
                 return JSONResponse({"error": {"message": f"fault {fault}"}}, status_code=int(fault), headers={"Retry-After": "0"})
         sid = body.get("session_id")

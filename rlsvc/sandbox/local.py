@@ -114,8 +114,12 @@ def _error_line(stderr: str, exit_code: int | None, timed_out: bool, timeout_s: 
         return None
     if exit_code is not None and exit_code < 0:
         sig = signal.Signals(-exit_code).name
-        reason = {"SIGXCPU": f"CPU limit of {limits.cpu_s} s", "SIGXFSZ": f"file-size limit of {limits.file_mb} MB",
-                  "SIGKILL": "killed (memory or process limit, or the sandbox)", "SIGSEGV": "segmentation fault"}.get(sig, sig)
+        reason = {
+            "SIGXCPU": f"CPU limit of {limits.cpu_s} s",
+            "SIGXFSZ": f"file-size limit of {limits.file_mb} MB",
+            "SIGKILL": "killed (memory or process limit, or the sandbox)",
+            "SIGSEGV": "segmentation fault",
+        }.get(sig, sig)
         return f"Killed: {reason}"
     lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
     for line in reversed(lines):  # a traceback ends with "Type: message"
@@ -143,8 +147,14 @@ class LocalSandbox:
 
     def _command(self, folder: Path, uid: int) -> list[str]:
         lim = self.limits
-        limits = [f"--as={lim.memory_mb * 2**20}", f"--cpu={lim.cpu_s}", f"--fsize={lim.file_mb * 2**20}",
-                  f"--nofile={lim.open_files}", f"--nproc={lim.processes}", "--core=0"]
+        limits = [
+            f"--as={lim.memory_mb * 2**20}",
+            f"--cpu={lim.cpu_s}",
+            f"--fsize={lim.file_mb * 2**20}",
+            f"--nofile={lim.open_files}",
+            f"--nproc={lim.processes}",
+            "--core=0",
+        ]
         ns = ["--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--ipc", "--uts"]
         if not self.as_root:
             ns = ["--user", "--map-root-user", *ns]
@@ -163,12 +173,19 @@ class LocalSandbox:
                 os.chown(folder, uid, uid)
                 os.chown(folder / "main.py", uid, uid)
             folder.chmod(0o700)
-            env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+            env = {
+                "PATH": "/usr/local/bin:/usr/bin:/bin",
+                "HOME": "/tmp",
+                "TMPDIR": "/tmp",
+                "LANG": "C.UTF-8",
+                "PYTHONDONTWRITEBYTECODE": "1",
+            }
             timed_out = False
             t0 = time.perf_counter()
             with out.open("wb") as fo, err.open("wb") as fe:
-                proc = subprocess.Popen(self._command(folder, uid), stdin=subprocess.DEVNULL, stdout=fo, stderr=fe,
-                                        env=env, cwd="/", start_new_session=True)
+                proc = subprocess.Popen(
+                    self._command(folder, uid), stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, env=env, cwd="/", start_new_session=True
+                )
                 if not _exited_within(proc, timeout_s):
                     timed_out = True
                     os.killpg(proc.pid, signal.SIGKILL)  # unshare dies; --kill-child takes the namespace down
@@ -178,7 +195,9 @@ class LocalSandbox:
             stderr = err.read_bytes()[:OUTPUT_LIMIT].decode("utf-8", "replace")
             if exit_code is not None and exit_code > 128 and not timed_out:  # sh/unshare report a signal as 128+n
                 exit_code = -(exit_code - 128)
-            return SandboxResult(stdout, stderr, exit_code, timed_out, _error_line(stderr, exit_code, timed_out, timeout_s, self.limits), elapsed)
+            return SandboxResult(
+                stdout, stderr, exit_code, timed_out, _error_line(stderr, exit_code, timed_out, timeout_s, self.limits), elapsed
+            )
         finally:
             shutil.rmtree(folder, ignore_errors=True)
             shutil.rmtree(io_dir, ignore_errors=True)

@@ -45,16 +45,23 @@ class RetryPolicy:
 class TogetherInterpreter:
     """Blocking client for TCI; thread-safe (one httpx.Client with a connection pool)."""
 
-    def __init__(self, api_key: str | None = None, base_url: str | None = None, timeout_s: float = 30.0,
-                 retry: RetryPolicy | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout_s: float = 30.0,
+        retry: RetryPolicy | None = None,
+        seed: int | None = None,
+    ) -> None:
         key = api_key or os.environ.get("TOGETHER_API_KEY")
         if not key:
             raise InterpreterError("the together backend needs TOGETHER_API_KEY in the environment")
         self.base_url = (base_url or os.environ.get("TOGETHER_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         self.retry = retry or RetryPolicy()
         self._rng = random.Random(seed)
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s, headers={"Authorization": f"Bearer {key}"},
-                                  trust_env=False)  # no proxy from the environment for a key-bearing client
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout_s, headers={"Authorization": f"Bearer {key}"}, trust_env=False
+        )  # no proxy from the environment for a key-bearing client
         self.retries = 0
         """Retried calls so far (a metric)."""
 

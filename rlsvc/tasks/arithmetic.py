@@ -34,8 +34,10 @@ def arithmetic_problem(seed: int) -> ArithmeticProblem:
         total = b * c
         prompt, answer = f"{name} shares {total} {thing} equally among {c} friends. How many {thing} does each friend get?", b
     else:
-        prompt, answer = (f"{name} has {a} {thing}, buys {c} packs of {b}, then gives {other} {a // 2}. "
-                          f"How many {thing} does {name} have?"), a + b * c - a // 2
+        prompt, answer = (
+            (f"{name} has {a} {thing}, buys {c} packs of {b}, then gives {other} {a // 2}. How many {thing} does {name} have?"),
+            a + b * c - a // 2,
+        )
     return ArithmeticProblem(seed, prompt, answer)
 
 

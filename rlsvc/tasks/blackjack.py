@@ -49,8 +49,10 @@ class BlackjackTask(Task):
 
     def metrics(self, episodes: list[Episode]) -> dict[str, float]:
         decisions = sum(len(ep.responses) for ep in episodes)
-        return {**outcome_rates(episodes, self.outcomes),
-                "hit_rate": sum(t.strip() == "HIT" for ep in episodes for t in ep.texts) / max(decisions, 1)}
+        return {
+            **outcome_rates(episodes, self.outcomes),
+            "hit_rate": sum(t.strip() == "HIT" for ep in episodes for t in ep.texts) / max(decisions, 1),
+        }
 
     def warm_start_examples(self, rng: random.Random, n: int) -> list[tuple[Any, str]]:
         """Random states, each with a random HIT or STAND: the format only, no strategy."""

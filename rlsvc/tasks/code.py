@@ -39,9 +39,9 @@ class CodeTask(Task):
         parts = [f"TASK: {obs.prompt}\n"]
         if obs.turn:
             if obs.stdout:
-                parts.append(f"OUT: {obs.stdout[-self.OUTPUT_CHARS:]}\n")
+                parts.append(f"OUT: {obs.stdout[-self.OUTPUT_CHARS :]}\n")
             if obs.error_type:
-                parts.append(f"ERR: {obs.error_type}: {(obs.error_message or '')[:self.OUTPUT_CHARS]}\n")
+                parts.append(f"ERR: {obs.error_type}: {(obs.error_message or '')[: self.OUTPUT_CHARS]}\n")
         parts.append(f"TURN {obs.turn + 1}/{obs.max_turns} (code, or {ANSWER_PREFIX} ...)\n>>> ")
         return "".join(parts)
 
@@ -49,18 +49,26 @@ class CodeTask(Task):
         """A reply that starts with `ANSWER:` submits the rest; any other reply is code to run."""
         stripped = text.strip()
         if stripped.startswith(ANSWER_PREFIX):
-            return ("answer", stripped[len(ANSWER_PREFIX):].strip())
+            return ("answer", stripped[len(ANSWER_PREFIX) :].strip())
         return ("code", text)
 
     def observe(self, observation: Any) -> dict[str, Any]:
         obs = observation
-        return {"task": obs.task, "turn": obs.turn, "stdout": obs.stdout[-200:], "error_type": obs.error_type,
-                "error_message": obs.error_message, "timed_out": obs.timed_out}
+        return {
+            "task": obs.task,
+            "turn": obs.turn,
+            "stdout": obs.stdout[-200:],
+            "error_type": obs.error_type,
+            "error_message": obs.error_message,
+            "timed_out": obs.timed_out,
+        }
 
     def metrics(self, episodes: list[Episode]) -> dict[str, float]:
         n = max(len(episodes), 1)
         turns = sum(len(ep.responses) for ep in episodes)
-        return {**outcome_rates(episodes, self.outcomes),
-                "answered_rate": sum(ep.outcome in ("solved", "partial", "wrong") for ep in episodes) / n,
-                "code_turns_per_episode": sum(sum(not t.strip().startswith(ANSWER_PREFIX) for t in ep.texts) for ep in episodes) / n,
-                "turns_per_episode": turns / n}
+        return {
+            **outcome_rates(episodes, self.outcomes),
+            "answered_rate": sum(ep.outcome in ("solved", "partial", "wrong") for ep in episodes) / n,
+            "code_turns_per_episode": sum(sum(not t.strip().startswith(ANSWER_PREFIX) for t in ep.texts) for ep in episodes) / n,
+            "turns_per_episode": turns / n,
+        }

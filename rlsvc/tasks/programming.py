@@ -68,5 +68,5 @@ def score_output(stdout: str, nonce: str, total: int) -> tuple[float, str | None
     lines = [ln for ln in stdout.splitlines() if ln.startswith(tag)]
     if not lines:
         return 0.0, "no test result (the run was killed or timed out)"
-    result = json.loads(lines[-1][len(tag):])
+    result = json.loads(lines[-1][len(tag) :])
     return result["passed"] / max(total, 1), result["error"]

@@ -48,8 +48,10 @@ def resolve(spec: str) -> Callable[..., Any]:
             except (ImportError, AttributeError) as e:
                 raise TaskError(f"env.task: entry point {spec} ({ep.value}) does not load: {e}") from e
     names = ", ".join(sorted(ep.name for ep in found)) or "none installed"
-    raise TaskError(f"env.task: no task named '{spec}' (entry points in group {ENTRY_POINT_GROUP}: {names}; "
-                    f"or give an import path package.module:factory)")
+    raise TaskError(
+        f"env.task: no task named '{spec}' (entry points in group {ENTRY_POINT_GROUP}: {names}; "
+        f"or give an import path package.module:factory)"
+    )
 
 
 def _import(path: str, setting: str) -> Any:

@@ -20,8 +20,9 @@ def resolve_tracking_uri(configured: str | None) -> str:
 
 
 class MlflowTracker:
-    def __init__(self, tracking_uri: str, experiment: str, run_name: str, system_metrics_interval_s: float | None = None,
-                 run_id: str | None = None) -> None:
+    def __init__(
+        self, tracking_uri: str, experiment: str, run_name: str, system_metrics_interval_s: float | None = None, run_id: str | None = None
+    ) -> None:
         """A new run in `experiment`, or with `run_id` the existing run, reopened (a resumed job)."""
         import mlflow
         from mlflow.tracking import MlflowClient
@@ -81,8 +82,11 @@ class MlflowTracker:
                 python_model=str(Path(__file__).with_name("policy_pyfunc.py")),
                 artifacts={"checkpoint": str(checkpoint)},
                 input_example=example_prompts,
-                pip_requirements=[f"mlflow=={mlflow.__version__}", f"torch=={torch.__version__.split('+')[0]}",
-                                  f"transformers=={transformers.__version__}"],
+                pip_requirements=[
+                    f"mlflow=={mlflow.__version__}",
+                    f"torch=={torch.__version__.split('+')[0]}",
+                    f"transformers=={transformers.__version__}",
+                ],
             )
         return f"runs:/{self.run_id}/{name}"
 

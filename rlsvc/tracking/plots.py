@@ -15,8 +15,14 @@ def _pyplot():
     return plt
 
 
-def reward_curve(steps: Sequence[int], returns: Sequence[float], path: str | Path, title: str,
-                 val_steps: Sequence[int] = (), val_returns: Sequence[float] = ()) -> Path:
+def reward_curve(
+    steps: Sequence[int],
+    returns: Sequence[float],
+    path: str | Path,
+    title: str,
+    val_steps: Sequence[int] = (),
+    val_returns: Sequence[float] = (),
+) -> Path:
     """Mean training return per step (and the greedy validation return, if any)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)

@@ -41,7 +41,7 @@ class PolicyModel(PythonModel):
         for prompt in prompts:
             ids = self.tokenizer.encode(prompt, add_special_tokens=False)
             if self.meta.get("max_prompt_tokens"):  # as in training: keep the end of a long prompt
-                ids = ids[-(self.meta["max_prompt_tokens"] - len(bos)):]
+                ids = ids[-(self.meta["max_prompt_tokens"] - len(bos)) :]
             ids = bos + ids
             new: list[int] = []
             with torch.no_grad():

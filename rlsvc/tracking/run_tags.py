@@ -57,5 +57,9 @@ def ray_job_tags(job_id: str, submission: dict[str, str]) -> dict[str, str]:
 def ray_job_metadata(cfg: Config, run_id: str, experiment: str) -> dict[str, str]:
     """What the Ray job carries about its run (its JobConfig and submission metadata): the config
     and where in MLflow to find the run."""
-    return {"rlsvc.config_name": cfg.run.name, "rlsvc.config_hash": config_hash(cfg), "rlsvc.mlflow_run_id": run_id,
-            "rlsvc.mlflow_experiment": experiment}
+    return {
+        "rlsvc.config_name": cfg.run.name,
+        "rlsvc.config_hash": config_hash(cfg),
+        "rlsvc.mlflow_run_id": run_id,
+        "rlsvc.mlflow_experiment": experiment,
+    }

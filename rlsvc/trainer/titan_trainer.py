@@ -19,6 +19,7 @@ Sharding choice:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlsvc.algo.grpo import Normalization, k3_kl, masked_reduce, policy_loss, token_logprobs
+from rlsvc.config import TrainerConfig
 from rlsvc.models.hf_export import from_hf_state_dict, to_hf_state_dict
 from rlsvc.models.titan import ModelConfig, autocast, build_model, compute_dtype, forward, pick_device
 
@@ -352,9 +354,47 @@ class TitanTrainer(_PolicyBase):
         return float(self._all_sum(local).item())
 
     def state(self) -> dict[str, Any]:
-        return {"rank": self.rank, "world_size": self.world_size, "device": str(self.device), "dtype": str(self.dtype).removeprefix("torch."), "sharded": self.sharded}
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "device": str(self.device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "sharded": self.sharded,
+        }
 
     def close(self) -> None:
         if self._owns_group and dist.is_initialized():
             dist.destroy_process_group()
         self._owns_group = False
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """What every trainer rank and the reference model are built from: the config's `model.titan`
+    and `trainer` sections, typed as the config validated them, and the run's seed."""
+
+    model: ModelConfig
+    trainer: TrainerConfig
+    seed: int
+
+    def build(
+        self,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        dist_store: dist.Store | None = None,
+        init_hf_state_dict: dict[str, torch.Tensor] | None = None,
+    ) -> TitanTrainer:
+        t = self.trainer
+        return TitanTrainer(
+            self.model,
+            lr=t.lr,
+            weight_decay=t.weight_decay,
+            max_grad_norm=t.max_grad_norm,
+            seed=self.seed,
+            param_dtype=t.param_dtype,
+            rank=rank,
+            world_size=world_size,
+            dist_store=dist_store,
+            init_hf_state_dict=init_hf_state_dict,
+        )

@@ -34,4 +34,3 @@ def torchstore_unavailable_reason() -> str | None:
             f"mixes sync and async endpoints, which Monarch>=0.5 rejects); {SOURCE_HINT}"
         )
     return None
-

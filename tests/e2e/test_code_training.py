@@ -30,8 +30,17 @@ def uri(tmp_path_factory) -> str:
 
 def train(tmp_path: Path, uri: str, *overrides: str, env_extra: dict | None = None) -> tuple[dict, str]:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", **(env_extra or {})}
-    cmd = [sys.executable, "-m", "rlsvc.train", "--config", str(REPO / "configs/code_tiny.yaml"), f"run.steps={STEPS}",
-           f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlsvc.train",
+        "--config",
+        str(REPO / "configs/code_tiny.yaml"),
+        f"run.steps={STEPS}",
+        f"run.output_dir={tmp_path / 'runs'}",
+        f"tracking.tracking_uri={uri}",
+        *overrides,
+    ]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     return json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text()), uri
@@ -65,8 +74,9 @@ def test_code_tiny_trains_with_the_local_sandbox(tmp_path: Path, uri: str):
 
 def test_code_tiny_trains_with_together_against_the_fake_service(tmp_path: Path, uri: str):
     with FakeTogether(KEY, timeout_s=5) as url:
-        result, uri = train(tmp_path, uri, "env.code.backend=together", f"env.code.together_base_url={url}",
-                            env_extra={"TOGETHER_API_KEY": KEY})
+        result, uri = train(
+            tmp_path, uri, "env.code.backend=together", f"env.code.together_base_url={url}", env_extra={"TOGETHER_API_KEY": KEY}
+        )
         stats = httpx.get(url.removesuffix("/v1") + "/fake/stats", trust_env=False).json()
     check_run(result, uri)
     assert stats["executions"] >= STEPS * 32 and stats.get("unauthorized", 0) == 0  # every turn of every episode ran there
@@ -76,8 +86,12 @@ def test_code_tiny_trains_with_together_against_the_fake_service(tmp_path: Path,
 def test_compare_the_two_runs(uri: str, tmp_path: Path, run_notebook):
     """`rlsvc.compare` on the two real runs above: a table that shows the backend differs, and the PNG."""
     out = tmp_path / "compare.png"
-    res = subprocess.run([sys.executable, "-m", "rlsvc.compare", "--experiment", "code_tiny", "--tracking-uri", uri, "--out", str(out)],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "rlsvc.compare", "--experiment", "code_tiny", "--tracking-uri", uri, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert "2 runs" in res.stdout and "env.code.backend" in res.stdout and "together" in res.stdout and "local" in res.stdout
     assert KEY not in res.stdout

@@ -21,8 +21,13 @@ STEPS = 2
 
 def test_no_file_under_rlsvc_names_the_example_task():
     names = ("rlsvc_qa", "QATask", "qa_task")
-    hits = [f"{p}: {n}" for p in (REPO / "rlsvc").rglob("*") if p.is_file() and p.suffix in (".py", ".yaml", ".json", ".jsonl", ".md")
-            for n in names if n in p.read_text(errors="replace")]
+    hits = [
+        f"{p}: {n}"
+        for p in (REPO / "rlsvc").rglob("*")
+        if p.is_file() and p.suffix in (".py", ".yaml", ".json", ".jsonl", ".md")
+        for n in names
+        if n in p.read_text(errors="replace")
+    ]
     assert not hits, hits
 
 
@@ -46,8 +51,18 @@ def test_the_example_task_trains(select, tmp_path):
         overrides.append("env.task=qa")
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.pathsep.join(pythonpath)}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [sys.executable, "-m", "rlsvc.train", "--config", str(EXAMPLE / "qa_tiny.yaml"), f"run.steps={STEPS}", "eval.every_steps=1",
-           f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", *overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlsvc.train",
+        "--config",
+        str(EXAMPLE / "qa_tiny.yaml"),
+        f"run.steps={STEPS}",
+        "eval.every_steps=1",
+        f"run.output_dir={tmp_path / 'runs'}",
+        f"tracking.tracking_uri={uri}",
+        *overrides,
+    ]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
 

@@ -42,9 +42,16 @@ def _env() -> dict:
 def quickstart(tmp_path_factory, run_notebook):
     """The notebook run: its outputs (text, PNG count) and the job's result.json."""
     work = tmp_path_factory.mktemp("quickstart")
-    text, pngs = run_notebook("quickstart.ipynb", {"RLSVC_NB_STEPS": str(STEPS), "RLSVC_NB_WORKDIR": str(work),
-                                                   "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
-                                                   "RLSVC_NB_EVAL_EPISODES": str(EVAL_EPISODES), "RAY_AUTH_MODE": "disabled"})
+    text, pngs = run_notebook(
+        "quickstart.ipynb",
+        {
+            "RLSVC_NB_STEPS": str(STEPS),
+            "RLSVC_NB_WORKDIR": str(work),
+            "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
+            "RLSVC_NB_EVAL_EPISODES": str(EVAL_EPISODES),
+            "RAY_AUTH_MODE": "disabled",
+        },
+    )
     [result] = [json.loads(p.read_text()) for p in (work / "runs").glob("blackjack_tiny-*/result.json")]
     return text, pngs, result
 
@@ -71,8 +78,16 @@ def _history(uri: str, run_id: str) -> dict[str, dict[int, float]]:
 
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quickstart):
     ref_result = quickstart[2]
-    cmd = [sys.executable, "-m", "rlsvc.train", f"run.steps={STEPS}", f"run.checkpoint_every={EVERY}", f"eval.episodes={EVAL_EPISODES}",
-           f"run.output_dir={tmp_path / 'run'}", f"tracking.tracking_uri=sqlite:///{tmp_path / 'run.db'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlsvc.train",
+        f"run.steps={STEPS}",
+        f"run.checkpoint_every={EVERY}",
+        f"eval.episodes={EVAL_EPISODES}",
+        f"run.output_dir={tmp_path / 'run'}",
+        f"tracking.tracking_uri=sqlite:///{tmp_path / 'run.db'}",
+    ]
     # the same job as the notebook's, killed with SIGKILL as soon as its first checkpoint is complete
     with open(tmp_path / "killed.out", "w") as out:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -90,14 +105,22 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quicks
     [run_dir] = (tmp_path / "run").iterdir()
     assert not (run_dir / "result.json").exists()
 
-    resumed = subprocess.run([sys.executable, "-m", "rlsvc.train", "--resume", str(run_dir)], cwd=tmp_path, env=_env(),
-                             capture_output=True, text=True, timeout=900)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rlsvc.train", "--resume", str(run_dir)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"resuming after step {EVERY}" in resumed.stdout
     result = json.loads((run_dir / "result.json").read_text())
 
     # one MLflow run, steps 1..STEPS, and from the checkpoint on the same numbers as the reference
-    assert result["mlflow_run_id"] == json.loads((run_dir / "checkpoints" / f"step_{STEPS:08d}" / "state.json").read_text())["mlflow_run_id"]
+    assert (
+        result["mlflow_run_id"] == json.loads((run_dir / "checkpoints" / f"step_{STEPS:08d}" / "state.json").read_text())["mlflow_run_id"]
+    )
     got = _history(result["tracking_uri"], result["mlflow_run_id"])
     want = _history(ref_result["tracking_uri"], ref_result["mlflow_run_id"])
     assert sorted(got["return_mean"]) == list(range(1, STEPS + 1))
@@ -115,6 +138,8 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quicks
     # the final weights are the same tensors
     from safetensors.torch import load_file
 
-    a, b = load_file(str(Path(result["checkpoint"]) / "model.safetensors")), load_file(str(Path(ref_result["checkpoint"]) / "model.safetensors"))
+    a, b = (
+        load_file(str(Path(result["checkpoint"]) / "model.safetensors")),
+        load_file(str(Path(ref_result["checkpoint"]) / "model.safetensors")),
+    )
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
-

@@ -64,8 +64,18 @@ class ManifestCluster:
         # the job's `python` is looked up on the PATH that `ray start` had: put this venv first
         self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
         head = raycluster["spec"]["headGroupSpec"]
-        self._start(["--head", f"--port={gcs}", f"--dashboard-port={dash}", "--dashboard-host=127.0.0.1", "--include-dashboard=true",
-                     f"--metrics-export-port={_free_port()}", f"--temp-dir={tmp}", *ray_start_args(head["rayStartParams"], "head")])
+        self._start(
+            [
+                "--head",
+                f"--port={gcs}",
+                f"--dashboard-port={dash}",
+                "--dashboard-host=127.0.0.1",
+                "--include-dashboard=true",
+                f"--metrics-export-port={_free_port()}",
+                f"--temp-dir={tmp}",
+                *ray_start_args(head["rayStartParams"], "head"),
+            ]
+        )
         self._wait(lambda: self._ok([str(BIN / "ray"), "job", "list", "--address", self.url]), "head")
         self.groups = {"head": 1}
         for g in raycluster["spec"]["workerGroupSpecs"]:
@@ -145,9 +155,27 @@ def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed,
     entrypoint = [a for a in entrypoint if not a.startswith("run.output_dir=")]
     cfg_path = entrypoint[entrypoint.index("--config") + 1]
     submission = f"rlsvc-test-{os.getpid()}-{int(time.time())}"
-    cmd = [str(BIN / "ray"), "job", "submit", "--address", cluster.url, "--submission-id", submission, "--working-dir", str(REPO),
-           "--runtime-env-json", json.dumps(runtime_env), "--metadata-json", json.dumps(rayjob["spec"]["metadata"]), "--",
-           *entrypoint, "run.steps=2", "eval.episodes=500", "eval.every_steps=1", f"run.output_dir={tmp_path / 'runs'}"]
+    cmd = [
+        str(BIN / "ray"),
+        "job",
+        "submit",
+        "--address",
+        cluster.url,
+        "--submission-id",
+        submission,
+        "--working-dir",
+        str(REPO),
+        "--runtime-env-json",
+        json.dumps(runtime_env),
+        "--metadata-json",
+        json.dumps(rayjob["spec"]["metadata"]),
+        "--",
+        *entrypoint,
+        "run.steps=2",
+        "eval.episodes=500",
+        "eval.every_steps=1",
+        f"run.output_dir={tmp_path / 'runs'}",
+    ]
     out = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     assert "succeeded" in out.stdout
@@ -160,9 +188,13 @@ def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed,
     from ray.job_submission import JobSubmissionClient
 
     metadata = JobSubmissionClient(cluster.url).get_job_info(submission).metadata
-    assert metadata == {**rayjob["spec"]["metadata"], "rlsvc.mlflow_run_id": result["mlflow_run_id"],
-                        "rlsvc.config_name": "blackjack_tiny", "rlsvc.mlflow_experiment": "blackjack_tiny",
-                        "rlsvc.config_hash": metadata["rlsvc.config_hash"]}, metadata
+    assert metadata == {
+        **rayjob["spec"]["metadata"],
+        "rlsvc.mlflow_run_id": result["mlflow_run_id"],
+        "rlsvc.config_name": "blackjack_tiny",
+        "rlsvc.mlflow_experiment": "blackjack_tiny",
+        "rlsvc.config_hash": metadata["rlsvc.config_hash"],
+    }, metadata
     tags = MlflowClient(result["tracking_uri"]).get_run(result["mlflow_run_id"]).data.tags
     assert tags["ray.submission_id"] == submission and tags["rlsvc.config_hash"] == metadata["rlsvc.config_hash"]
     assert all(tags[f"ray.submission.{k}"] == v for k, v in rayjob["spec"]["metadata"].items()) and len(tags["ray.job_id"]) == 8

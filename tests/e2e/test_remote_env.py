@@ -34,10 +34,21 @@ def test_the_default_job_trains_against_a_server_that_is_killed_and_restarted(st
     server, url = start_server(256)
     port = int(url.rsplit(":", 1)[1])
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [sys.executable, "-m", "rlsvc.train", f"env.remote.url={url}", "env.remote.connect_timeout_s=120",
-           "env.step_latency_ms=100",  # env round trips dominate the step: the kill lands while episodes are in flight
-           f"run.steps={STEPS}", "run.time_budget_minutes=null", "eval.every_steps=6", "eval.episodes=2000",
-           f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", "tracking.experiment=remote"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlsvc.train",
+        f"env.remote.url={url}",
+        "env.remote.connect_timeout_s=120",
+        "env.step_latency_ms=100",  # env round trips dominate the step: the kill lands while episodes are in flight
+        f"run.steps={STEPS}",
+        "run.time_budget_minutes=null",
+        "eval.every_steps=6",
+        "eval.episodes=2000",
+        f"run.output_dir={tmp_path / 'runs'}",
+        f"tracking.tracking_uri={uri}",
+        "tracking.experiment=remote",
+    ]
     log = (tmp_path / "job.log").open("w")
     job = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"}, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -33,9 +33,14 @@ LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 # Every rlsvc metric the job exports through Ray (rlsvc/cluster/metrics.py), with the role it is
 # tagged with; Prometheus names carry Ray's `ray_` prefix.
 RAY_METRICS = {
-    "rlsvc_episodes_per_second": "driver", "rlsvc_tokens_per_second": "rollout", "rlsvc_mean_return": "reward",
-    "rlsvc_staleness": "buffer", "rlsvc_buffer_depth": "buffer", "rlsvc_weight_sync_seconds": "trainer",
-    "rlsvc_step_phase_seconds": "driver", "rlsvc_episodes_total": "driver",
+    "rlsvc_episodes_per_second": "driver",
+    "rlsvc_tokens_per_second": "rollout",
+    "rlsvc_mean_return": "reward",
+    "rlsvc_staleness": "buffer",
+    "rlsvc_buffer_depth": "buffer",
+    "rlsvc_weight_sync_seconds": "trainer",
+    "rlsvc_step_phase_seconds": "driver",
+    "rlsvc_episodes_total": "driver",
 }
 
 
@@ -69,12 +74,17 @@ def scrape_while_running(proc: subprocess.Popen, port: int, sockets: set, timeou
     """Poll the cluster's Prometheus endpoint while the job runs: metric name -> roles seen. Also
     records the job's listening sockets into `sockets`, until the job ends."""
     seen: dict[str, set[str]] = {}
-    line = re.compile(r'^(?:ray_)?(rlsvc_[a-z_]+?)(?:_total)?\{([^}]*)\}')
+    line = re.compile(r"^(?:ray_)?(rlsvc_[a-z_]+?)(?:_total)?\{([^}]*)\}")
     deadline = time.time() + timeout_s
     while proc.poll() is None and time.time() < deadline:
         sockets |= listening(proc.pid)
         try:
-            text = urllib.request.build_opener(urllib.request.ProxyHandler({})).open(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            text = (
+                urllib.request.build_opener(urllib.request.ProxyHandler({}))
+                .open(f"http://127.0.0.1:{port}/metrics", timeout=5)
+                .read()
+                .decode()
+            )
         except OSError:
             text = ""
         for raw in text.splitlines():
@@ -107,9 +117,18 @@ def test_default_job_learns_blackjack_under_chaos(tmp_path: Path):
     ray_tmp = tempfile.mkdtemp(prefix="rl-", dir="/tmp")  # Ray's logs of this job only; a short path for its sockets
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_TMPDIR": ray_tmp, "TOGETHER_API_KEY": SENTINEL, "HF_TOKEN": SENTINEL}
     port = _free_port()
-    cmd = [sys.executable, "-m", "rlsvc.train", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}",
-           "run.time_budget_minutes=6", "eval.episodes=20000", f"cluster.metrics_export_port={port}",
-           "run.checkpoint_every=5", "faults.max_policy_restarts=20"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlsvc.train",
+        f"run.output_dir={tmp_path / 'runs'}",
+        f"tracking.tracking_uri={uri}",
+        "run.time_budget_minutes=6",
+        "eval.episodes=20000",
+        f"cluster.metrics_export_port={port}",
+        "run.checkpoint_every=5",
+        "faults.max_policy_restarts=20",
+    ]
     chaos_out = open(tmp_path / "chaos", "w")
     with open(tmp_path / "stdout", "w") as so, open(tmp_path / "stderr", "w") as se:  # files: a full pipe would stall the job
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=so, stderr=se, text=True)
@@ -142,13 +161,28 @@ def test_default_job_learns_blackjack_under_chaos(tmp_path: Path):
     assert run.info.status == "FINISHED" and run.data.params["grpo.group_size"] == "8"
     history = client.get_metric_history(run.info.run_id, "return_mean")
     assert {m.step for m in history} == set(range(1, result["steps"] + 1)) and result["steps"] >= 10  # redone steps logged again
-    assert {"loss", "kl", "entropy", "grad_norm", "time/rollout_s", "time/train_s", "time/sync_s", "tokens_per_s", "staleness_max", "invalid_rate"} <= set(run.data.metrics)
+    assert {
+        "loss",
+        "kl",
+        "entropy",
+        "grad_norm",
+        "time/rollout_s",
+        "time/train_s",
+        "time/sync_s",
+        "tokens_per_s",
+        "staleness_max",
+        "invalid_rate",
+    } <= set(run.data.metrics)
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "checkpoint", "transcripts.jsonl", "reward_curve.png"} <= artifacts
 
     # the evaluation CLI reproduces the job's own evaluation from the checkpoint folder
-    ev = subprocess.run([sys.executable, "-m", "rlsvc.eval", "--checkpoint", result["checkpoint"], "--episodes", "20000", "--seed", "12345"],
-                        capture_output=True, text=True, timeout=300)
+    ev = subprocess.run(
+        [sys.executable, "-m", "rlsvc.eval", "--checkpoint", result["checkpoint"], "--episodes", "20000", "--seed", "12345"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert json.loads(ev.stdout)["mean_return"] == pytest.approx(mean)
 
@@ -164,9 +198,19 @@ def test_default_job_learns_blackjack_under_chaos(tmp_path: Path):
     metrics = run.data.metrics
     survived = metrics.get("faults/policy_restarts", 0) + metrics.get("rollout_replacements_total", 0)
     dropped = sum(m.value for m in client.get_metric_history(run.info.run_id, "groups_dropped"))
-    print(json.dumps({"chaos": kills[-1], "policy_restarts": metrics.get("faults/policy_restarts", 0),
-                      "steps_redone": metrics.get("faults/steps_redone", 0), "rollout_replacements": metrics.get("rollout_replacements_total", 0),
-                      "groups_dropped": dropped, "steps": result["steps"], "eval_mean_return": mean}))
+    print(
+        json.dumps(
+            {
+                "chaos": kills[-1],
+                "policy_restarts": metrics.get("faults/policy_restarts", 0),
+                "steps_redone": metrics.get("faults/steps_redone", 0),
+                "rollout_replacements": metrics.get("rollout_replacements_total", 0),
+                "groups_dropped": dropped,
+                "steps": result["steps"],
+                "eval_mean_return": mean,
+            }
+        )
+    )
     assert survived + dropped > 0  # the kills were felt, and absorbed
 
     # local mode: Ray (GCS, raylet, agents, workers), the OpenEnv servers, the trainer's rendezvous

@@ -35,7 +35,9 @@ def env_fleet(ray_cluster):
     from rlsvc.cluster.actors import EnvWorker
 
     ray = ray_cluster
-    cfg = load_config(None, ["env.num_actors=2", f"env.sessions_per_actor={SESSIONS}", "env.step_latency_ms=1500", "faults.max_actor_restarts=3"])
+    cfg = load_config(
+        None, ["env.num_actors=2", f"env.sessions_per_actor={SESSIONS}", "env.step_latency_ms=1500", "faults.max_actor_restarts=3"]
+    )
     opts = planned(cfg)["env"].options()  # unnamed: other tests may hold rlsvc-env-*
     actors = [ray.remote(EnvWorker).options(**opts).remote(cfg.env) for _ in range(2)]  # 1.5 s per env step
     fleet = RayEnvFleet(actors, SESSIONS)

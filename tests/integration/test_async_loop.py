@@ -20,11 +20,22 @@ def services(ray_cluster, tmp_path_factory):
     from rlsvc.job import prepare_model, setup_trainers
     from rlsvc.policy_io import BlackjackCodec
 
-    cfg = load_config(None, [
-        "grpo.groups_per_step=4", "grpo.group_size=4", "env.sessions_per_actor=16", "model.warm_start_steps=5",
-        "rollout.asynchronous=true", "buffer.max_staleness=1", "grpo.tis_cap=2.0", "env.step_latency_ms=20", "grpo.kl_coef=0",
-        "trainer.num_cpus=1", "rollout.num_cpus=1",
-    ])
+    cfg = load_config(
+        None,
+        [
+            "grpo.groups_per_step=4",
+            "grpo.group_size=4",
+            "env.sessions_per_actor=16",
+            "model.warm_start_steps=5",
+            "rollout.asynchronous=true",
+            "buffer.max_staleness=1",
+            "grpo.tis_cap=2.0",
+            "env.step_latency_ms=20",
+            "grpo.kl_coef=0",
+            "trainer.num_cpus=1",
+            "rollout.num_cpus=1",
+        ],
+    )
     resources, nodes = cluster_view()
     tokenizer, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
     sampling = {"temperature": 1.0, "max_tokens": 1, "allowed_token_ids": None}

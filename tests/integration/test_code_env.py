@@ -33,8 +33,10 @@ def run_checks(pool: EnvPool) -> None:
     assert obs[0].task == "arithmetic" and obs[1].task == "programming" and obs[0].prompt == task_a.prompt and not obs[0].done
 
     # turn 1: code in the episode's session (state carries to turn 2), an error, a hostile snippet
-    obs = pool.step([0, 1, 2, 3], [("code", "x = 6 * 7\nprint(x)"), ("code", "1/0"), ("code", "import os\nwhile True:\n    os.fork()"),
-                                   ("code", "print('hi')")])
+    obs = pool.step(
+        [0, 1, 2, 3],
+        [("code", "x = 6 * 7\nprint(x)"), ("code", "1/0"), ("code", "import os\nwhile True:\n    os.fork()"), ("code", "print('hi')")],
+    )
     assert obs[0].stdout == "42\n" and obs[0].exit_code == 0 and obs[0].reward == 0.0 and not obs[0].done
     assert obs[1].error_type == "ZeroDivisionError" and obs[1].error_message == "division by zero" and obs[1].errors == 1
     assert obs[2].timed_out or obs[2].error_type  # ended by its limits, and the server still serves:
@@ -42,8 +44,10 @@ def run_checks(pool: EnvPool) -> None:
 
     # turn 2: answers
     right = str(int(task_a.answer))
-    obs = pool.step([0, 1, 2, 3], [("code", "print(x + 1)"), ("answer", SOLUTIONS[task_p.problem.id]), ("answer", "-1"),
-                                   ("answer", "def nothing(): pass")])
+    obs = pool.step(
+        [0, 1, 2, 3],
+        [("code", "print(x + 1)"), ("answer", SOLUTIONS[task_p.problem.id]), ("answer", "-1"), ("answer", "def nothing(): pass")],
+    )
     assert obs[0].stdout == "43\n"  # the session kept x
     assert obs[1].done and obs[1].outcome == "solved" and obs[1].score == 1.0 and obs[1].reward == pytest.approx(0.9)  # one error earlier
     assert obs[2].done and obs[2].outcome == "wrong" and obs[2].reward == pytest.approx(-0.1 * obs[2].errors)

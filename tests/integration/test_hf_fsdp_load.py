@@ -54,8 +54,12 @@ def test_two_rank_fsdp_load_equals_one_rank(tmp_path):
     tiny_hf_checkpoint("qwen3", tmp_path / "ckpt")
     one = load_sharded(str(tmp_path / "ckpt"), 0, 1)
     init = f"file://{tmp_path / 'rendezvous'}"
-    procs = [subprocess.Popen([sys.executable, __file__, str(tmp_path / "ckpt"), str(rank), init, str(tmp_path / f"rank{rank}.pt")],
-                              cwd=REPO_ROOT) for rank in range(WORLD_SIZE)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, str(tmp_path / "ckpt"), str(rank), init, str(tmp_path / f"rank{rank}.pt")], cwd=REPO_ROOT
+        )
+        for rank in range(WORLD_SIZE)
+    ]
     try:
         assert [p.wait(timeout=300) for p in procs] == [0] * WORLD_SIZE
     finally:

@@ -16,9 +16,14 @@ pytestmark = pytest.mark.integration
 def test_more_gpus_than_the_cluster_has_is_refused_before_any_actor(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     t0 = time.time()
-    out = subprocess.run([sys.executable, "-m", "rlsvc.train", "rollout.num_gpus=1", f"run.output_dir={tmp_path / 'runs'}",
-                          f"tracking.tracking_uri={uri}"],
-                         cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlsvc.train", "rollout.num_gpus=1", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}"],
+        cwd=tmp_path,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2, out.stderr[-3000:]
     [line] = [ln for ln in out.stderr.splitlines() if ln.startswith("rlsvc.train:")]
     assert "rlsvc-rollout-0 (" in line and " 1 GPU" in line and "fits on no node" in line and "0 GPU" in line

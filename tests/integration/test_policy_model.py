@@ -65,5 +65,5 @@ def test_code_policy_model_decodes_greedily_like_transformers_generate(tmp_path,
     for prompt, answer in zip(prompts, answers):
         ids = torch.tensor([[tok.bos_token_id] + tok.encode(prompt, add_special_tokens=False)])
         out = hf.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-        assert answer == tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        assert answer == tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     assert any(answers)

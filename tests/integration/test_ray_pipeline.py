@@ -23,10 +23,19 @@ def job(ray_cluster, tmp_path_factory):
     from rlsvc.loop import GRPOLoop
     from rlsvc.policy_io import BlackjackCodec
 
-    cfg = load_config(None, [
-        "grpo.groups_per_step=4", "grpo.group_size=4", "env.sessions_per_actor=8", "env.num_actors=2",
-        "trainer.num_ranks=2", "trainer.num_cpus=1", "rollout.num_cpus=1", "model.warm_start_steps=5",
-    ])
+    cfg = load_config(
+        None,
+        [
+            "grpo.groups_per_step=4",
+            "grpo.group_size=4",
+            "env.sessions_per_actor=8",
+            "env.num_actors=2",
+            "trainer.num_ranks=2",
+            "trainer.num_cpus=1",
+            "rollout.num_cpus=1",
+            "model.warm_start_steps=5",
+        ],
+    )
     resources, nodes = cluster_view()
     tokenizer, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
     codec = BlackjackCodec(tokenizer)
@@ -43,7 +52,7 @@ def test_warm_start_sync_and_grpo_steps(job):
     before = ray.get(svc.rollout[0].fingerprint.remote())
     loss = loop.warm_start(cfg.model.warm_start_steps)
     assert math.isfinite(loss)
-    svc.reference_model.setup(setup["model_cfg"], setup["kwargs"], svc.trainer_group.hf_state_dict())
+    svc.reference_model.setup(setup, svc.trainer_group.hf_state_dict())
     loop.sync_weights()
     after_warm = ray.get(svc.rollout[0].fingerprint.remote())
     assert after_warm != before  # the warm-started weights are live in the engine

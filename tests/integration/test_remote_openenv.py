@@ -25,6 +25,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 
+
 def _play(pool, seeds: list[int], policies: list) -> list[tuple[list[dict], float]]:
     """One full episode per session: (observations seen, final reward) per session."""
     ids = list(range(len(seeds)))

@@ -28,7 +28,9 @@ def fleet(ray_cluster, tmp_path_factory):
     env = {"env_vars": {"OMP_NUM_THREADS": "1"}}
     _, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
     engine_kwargs = {"max_model_len": cfg.model.titan.max_seq_len, "kv_cache_gb": 1, "max_num_seqs": 64}
-    workers = [ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote(source, engine_kwargs, {"max_tokens": 1}) for _ in range(2)]
+    workers = [
+        ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote(source, engine_kwargs, {"max_tokens": 1}) for _ in range(2)
+    ]
     trainers = [ray.remote(TrainerWorker).options(num_cpus=1, runtime_env=env).remote(r, 2) for r in range(2)]
     init = ray.get(trainers[0].rendezvous_address.remote())
     kwargs = {"lr": 1e-2, "seed": cfg.run.seed}

@@ -60,25 +60,86 @@ def test_time_to_target_is_the_first_validation_at_target() -> None:
 
 
 SAMPLE = {
-    "rollout": {"args": {"tokens": 64, "repeats": 3}, "threads": 2, "model_params": 400_000,
-                "rows": [{"batch": 1, "vllm_tokens_per_s": 200.0, "hf_tokens_per_s": 400.0, "ratio": 0.5},
-                         {"batch": 256, "vllm_tokens_per_s": 8000.0, "hf_tokens_per_s": 4000.0, "ratio": 2.0}]},
-    "weight_sync": {"workers": 1, "threads": 2, "latest": [[107, "ray"], [107, "shm"]], "rows": [
-        {"params_m": 107.0, "transport": t, "bytes": 4.3e8, "memcpy_s": 0.04, "sync/gather_s": 0.0, "sync/transfer_s": 0.05,
-         "sync/load_s": 0.0, "sync/total_s": 0.07, "gb_per_s": 6.0, "ratio_to_memcpy": r} for t, r in (("shm", 0.58), ("ray", 0.13), ("torchstore", 0.9))]},
-    "anatomy": {"args": {"steps": 40}, "rows": {
-        "sync": {"s_per_step": 2.0, "share": {"generate": 0.4, "env": 0.3, "train": 0.2}, "overhead": 0.035},
-        "async (max_staleness=1)": {"s_per_step": 1.5, "share": {"trainer_wait": 0.5, "train": 0.3}, "overhead": 0.05,
-                                    "rollout_thread_share": {"generate": 0.6, "env": 0.3}}}},
-    "trl": {"args": {"target": -0.08, "val_episodes": 5000, "prompts": 64, "group_size": 8, "steps": 60, "final_episodes": 20000}, "samples_per_s_ratio": 1.5,
-            "start_val_return": -0.2, "stick_at_17_val_return": -0.08, "time_to_target_ratio": None,
-            "rows": {"rlsvc (sync)": {"samples_per_s": 300.0, "time_to_target_s": 40.0, "val_steps": [5, 10], "val_times": [20.0, 40.0],
-                                      "val_returns": [-0.1, -0.07], "final_return": -0.07},
-                     "TRL GRPOTrainer": {"samples_per_s": 200.0, "time_to_target_s": None, "val_steps": [], "val_times": [], "val_returns": [],
-                                         "final_return": -0.1}}},
-    "scaling": {"args": {"episodes": 512, "latency_ms": 50, "sessions": 32, "repeats": 3}, "rows": [
-        {"env_actors": k, "rollout_workers": r, "concurrent_episodes": 32 * k, "nodes": k + r, "episodes_per_s": 100.0 * k,
-         "speedup_vs_first": float(k)} for k, r in ((1, 1), (2, 1), (2, 2))]},
+    "rollout": {
+        "args": {"tokens": 64, "repeats": 3},
+        "threads": 2,
+        "model_params": 400_000,
+        "rows": [
+            {"batch": 1, "vllm_tokens_per_s": 200.0, "hf_tokens_per_s": 400.0, "ratio": 0.5},
+            {"batch": 256, "vllm_tokens_per_s": 8000.0, "hf_tokens_per_s": 4000.0, "ratio": 2.0},
+        ],
+    },
+    "weight_sync": {
+        "workers": 1,
+        "threads": 2,
+        "latest": [[107, "ray"], [107, "shm"]],
+        "rows": [
+            {
+                "params_m": 107.0,
+                "transport": t,
+                "bytes": 4.3e8,
+                "memcpy_s": 0.04,
+                "sync/gather_s": 0.0,
+                "sync/transfer_s": 0.05,
+                "sync/load_s": 0.0,
+                "sync/total_s": 0.07,
+                "gb_per_s": 6.0,
+                "ratio_to_memcpy": r,
+            }
+            for t, r in (("shm", 0.58), ("ray", 0.13), ("torchstore", 0.9))
+        ],
+    },
+    "anatomy": {
+        "args": {"steps": 40},
+        "rows": {
+            "sync": {"s_per_step": 2.0, "share": {"generate": 0.4, "env": 0.3, "train": 0.2}, "overhead": 0.035},
+            "async (max_staleness=1)": {
+                "s_per_step": 1.5,
+                "share": {"trainer_wait": 0.5, "train": 0.3},
+                "overhead": 0.05,
+                "rollout_thread_share": {"generate": 0.6, "env": 0.3},
+            },
+        },
+    },
+    "trl": {
+        "args": {"target": -0.08, "val_episodes": 5000, "prompts": 64, "group_size": 8, "steps": 60, "final_episodes": 20000},
+        "samples_per_s_ratio": 1.5,
+        "start_val_return": -0.2,
+        "stick_at_17_val_return": -0.08,
+        "time_to_target_ratio": None,
+        "rows": {
+            "rlsvc (sync)": {
+                "samples_per_s": 300.0,
+                "time_to_target_s": 40.0,
+                "val_steps": [5, 10],
+                "val_times": [20.0, 40.0],
+                "val_returns": [-0.1, -0.07],
+                "final_return": -0.07,
+            },
+            "TRL GRPOTrainer": {
+                "samples_per_s": 200.0,
+                "time_to_target_s": None,
+                "val_steps": [],
+                "val_times": [],
+                "val_returns": [],
+                "final_return": -0.1,
+            },
+        },
+    },
+    "scaling": {
+        "args": {"episodes": 512, "latency_ms": 50, "sessions": 32, "repeats": 3},
+        "rows": [
+            {
+                "env_actors": k,
+                "rollout_workers": r,
+                "concurrent_episodes": 32 * k,
+                "nodes": k + r,
+                "episodes_per_s": 100.0 * k,
+                "speedup_vs_first": float(k),
+            }
+            for k, r in ((1, 1), (2, 1), (2, 2))
+        ],
+    },
 }
 
 
@@ -100,7 +161,12 @@ def test_every_benchmark_renders_its_results() -> None:
         for args in (bench.args, bench.quick_args):  # the suite's command lines are ones the module takes
             module.parser().parse_args(args)
         results[bench.name] = {"command": " ".join(bench.command(False)), "seconds": 1.0, "status": "ok", "data": SAMPLE[bench.name]}
-    results["scaling"] = {"command": "x", "seconds": 420.0, "status": "stopped after its 420 s limit", "log": "benchmarks/results/logs/scaling.log"}
+    results["scaling"] = {
+        "command": "x",
+        "seconds": 420.0,
+        "status": "stopped after its 420 s limit",
+        "log": "benchmarks/results/logs/scaling.log",
+    }
     text = markdown(results, quick=False, started="2026-01-01 00:00 UTC", total_s=600.0)
     assert "| rollout tokens/s at batch 256 >= 3x HF generate | 2.00x | no |" in text
     assert "`python -m benchmarks.rollout_throughput --batches 1 16 256`" in text

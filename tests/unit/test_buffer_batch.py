@@ -65,7 +65,9 @@ def test_build_batch_masks_and_sequence_weights():
     seq = build_batch([a, b], pad_id=0, normalization="sequence")
     assert seq["loss_mask"][:, 3].tolist() == [0.5, 0.5, 1.0]  # each episode sums to 1
     parts = split_batch(batch, 2)
-    assert [p["input_ids"].shape[0] for p in parts] == [2, 1] and torch.equal(torch.cat([p["advantages"] for p in parts]), batch["advantages"])
+    assert [p["input_ids"].shape[0] for p in parts] == [2, 1] and torch.equal(
+        torch.cat([p["advantages"] for p in parts]), batch["advantages"]
+    )
 
 
 def test_groups_with_a_failed_episode_are_left_out():
@@ -79,12 +81,20 @@ def test_code_codec_renders_the_last_output_and_parses_answers():
     from types import SimpleNamespace
 
     codec = CodeCodec(build_tokenizer("chars"), max_prompt_tokens=120)
-    obs = SimpleNamespace(prompt="Write add(a, b).", turn=1, max_turns=3, stdout="7\n", error_type="NameError",
-                          error_message="name 'x' is not defined", task="programming", timed_out=False)
+    obs = SimpleNamespace(
+        prompt="Write add(a, b).",
+        turn=1,
+        max_turns=3,
+        stdout="7\n",
+        error_type="NameError",
+        error_message="name 'x' is not defined",
+        task="programming",
+        timed_out=False,
+    )
     text = codec.task.render(obs)
     assert text.startswith("TASK: Write add(a, b).\nOUT: 7\n\nERR: NameError: name 'x' is not defined\nTURN 2/3") and text.endswith(">>> ")
     ids = codec.encode(obs)
     assert len(ids) <= 120 and ids[0] == codec.bos[0]
-    assert codec.tokenizer.decode(ids[1:]) == text[-(len(ids) - 1):]  # the end of the prompt is kept
+    assert codec.tokenizer.decode(ids[1:]) == text[-(len(ids) - 1) :]  # the end of the prompt is kept
     assert codec.parse(" ANSWER: 42") == ("answer", "42")
     assert codec.parse("print(1)") == ("code", "print(1)")

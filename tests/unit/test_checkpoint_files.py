@@ -17,6 +17,7 @@ def _fill(payload: bytes):
         (folder / "trainer").mkdir()
         (folder / "trainer" / "__0_0.distcp").write_bytes(payload)
         (folder / "buffer.pkl").write_bytes(b"episodes")
+
     return fill
 
 
@@ -44,13 +45,16 @@ def test_a_crash_mid_write_leaves_only_complete_checkpoints(tmp_path):
     assert latest_checkpoint(tmp_path)[0].name == "step_00000001"
 
 
-@pytest.mark.parametrize("damage, reason", [
-    (lambda f: (f / "MANIFEST.json").unlink(), "no MANIFEST.json"),
-    (lambda f: (f / "buffer.pkl").unlink(), "buffer.pkl is missing"),
-    (lambda f: os.truncate(f / "trainer" / "__0_0.distcp", 10), "has 10 bytes"),
-    (lambda f: (f / "trainer" / "__0_0.distcp").write_bytes(b"x" * 900), "does not match its checksum"),
-    (lambda f: (f / "MANIFEST.json").write_text("{"), "unreadable MANIFEST.json"),
-])
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        (lambda f: (f / "MANIFEST.json").unlink(), "no MANIFEST.json"),
+        (lambda f: (f / "buffer.pkl").unlink(), "buffer.pkl is missing"),
+        (lambda f: os.truncate(f / "trainer" / "__0_0.distcp", 10), "has 10 bytes"),
+        (lambda f: (f / "trainer" / "__0_0.distcp").write_bytes(b"x" * 900), "does not match its checksum"),
+        (lambda f: (f / "MANIFEST.json").write_text("{"), "unreadable MANIFEST.json"),
+    ],
+)
 def test_a_damaged_checkpoint_is_skipped_for_the_previous_one(tmp_path, damage, reason):
     write_checkpoint(tmp_path, 5, _fill(b"old" * 300), {"version": 5})
     newest = write_checkpoint(tmp_path, 6, _fill(b"new" * 300), {"version": 6})
@@ -76,8 +80,20 @@ def test_resume_refuses_a_folder_without_a_usable_checkpoint(tmp_path):
     bare = tmp_path / "blackjack_tiny-x"
     (bare / "checkpoints" / "step_00000005").mkdir(parents=True)  # a write that never finished
     (bare / "config.yaml").write_text("run:\n  name: blackjack_tiny\n")
-    out = subprocess.run([sys.executable, "-m", "rlsvc.train", "--resume", str(bare)], env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlsvc.train", "--resume", str(bare)],
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "no usable checkpoint" in out.stderr and "step_00000005: no MANIFEST.json" in out.stderr
-    missing = subprocess.run([sys.executable, "-m", "rlsvc.train", "--resume", str(tmp_path / "nope")], env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=120)
+    missing = subprocess.run(
+        [sys.executable, "-m", "rlsvc.train", "--resume", str(tmp_path / "nope")],
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert missing.returncode == 2 and "not a run folder" in missing.stderr

@@ -26,14 +26,19 @@ def test_compare_prints_the_differences_and_writes_a_png(tmp_path: Path):
     _log_run(uri, "kl-0.2", 0.2, [-0.3, -0.2, -0.1])
     _log_run(uri, "kl-0.0", 0.0, [-0.3, -0.25])
     out = tmp_path / "cmp.png"
-    res = subprocess.run([sys.executable, "-m", "rlsvc.compare", "--experiment", "cmp-test", "--tracking-uri", uri, "--out", str(out)],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [sys.executable, "-m", "rlsvc.compare", "--experiment", "cmp-test", "--tracking-uri", uri, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     assert "grpo.kl_coef" in res.stdout and "run.seed" not in res.stdout  # only what differs
     assert "-0.1000" in res.stdout and "-0.2500" in res.stdout and "kl-0.2" in res.stdout
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
-    bad = subprocess.run([sys.executable, "-m", "rlsvc.compare", "--experiment", "nope", "--tracking-uri", uri],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "rlsvc.compare", "--experiment", "nope", "--tracking-uri", uri], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "no experiment 'nope'" in bad.stderr and bad.stderr.count("\n") == 1
 
 

@@ -34,14 +34,16 @@ def _kuberay_crds():
 
 kuberay_crds = _kuberay_crds()
 CRDS = kuberay_crds.crds_dir()
-HOW_TO_GET_CRDS = (f"run 'make crds' (downloads KubeRay {kuberay_crds.VERSION}'s CRDs) "
-                   f"or set {kuberay_crds.ENV_VAR} to a folder holding them")
+HOW_TO_GET_CRDS = (
+    f"run 'make crds' (downloads KubeRay {kuberay_crds.VERSION}'s CRDs) or set {kuberay_crds.ENV_VAR} to a folder holding them"
+)
 OVERLAYS = {"cpu-tiny": REPO / "kuberay/overlays/cpu-tiny", "gpu-qwen2.5-1.5b": REPO / "kuberay/overlays/gpu-qwen2.5-1.5b"}
 KUBERNETES_VERSION = "1.32"
 GPU_GROUP, CPU_GROUP = "gpu-workers", "cpu-workers"
 
 
 # ---- schema helpers ------------------------------------------------------------------------
+
 
 def strict(schema):
     """A CRD's structural schema as JSON Schema that rejects what the API server would prune or
@@ -58,8 +60,12 @@ def strict(schema):
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
     if isinstance(schema.get("properties"), dict):  # property names are not schema keywords
         out["properties"] = {name: strict(s) for name, s in schema["properties"].items()}
-    if out.get("type") == "object" and "properties" in out and "additionalProperties" not in out \
-            and not schema.get("x-kubernetes-preserve-unknown-fields"):
+    if (
+        out.get("type") == "object"
+        and "properties" in out
+        and "additionalProperties" not in out
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -74,9 +80,14 @@ def _load_crd_validators() -> dict[tuple[str, str], jsonschema.protocols.Validat
                 schema = strict(version["schema"]["openAPIV3Schema"])
                 schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "metadata"})
                 schema["properties"]["metadata"] = {
-                    "type": "object", "required": ["name"],
-                    "properties": {"name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
-                                   "namespace": {"type": "string"}, "labels": {"type": "object"}, "annotations": {"type": "object"}},
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+                        "namespace": {"type": "string"},
+                        "labels": {"type": "object"},
+                        "annotations": {"type": "object"},
+                    },
                     "additionalProperties": False,
                 }
                 validators[(f"{group}/{version['name']}", kind)] = jsonschema.Draft7Validator(schema)
@@ -135,6 +146,7 @@ def quantity(text: str) -> float:
 
 # ---- the manifests ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["base", *OVERLAYS])
 def test_every_manifest_validates(name, rendered, crd_validators):
     docs = rendered[name]
@@ -143,14 +155,17 @@ def test_every_manifest_validates(name, rendered, crd_validators):
         validate(doc, crd_validators)
 
 
-@pytest.mark.parametrize("mutate, where", [
-    (lambda c: c["spec"]["workerGroupSpecs"][0].update(replicaCount=1), "unknown field"),
-    (lambda c: c["spec"]["workerGroupSpecs"][0].update(replicas="one"), "wrong type"),
-    (lambda c: c["spec"]["workerGroupSpecs"][1].pop("groupName"), "missing required field"),
-    (lambda c: c["spec"]["headGroupSpec"]["rayStartParams"].update({"num-cpus": 0}), "rayStartParams values are strings"),
-    (lambda c: c["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].update(imagee="x"), "unknown pod field"),
-    (lambda c: c.update(apiVersion="ray.io/v2"), "unserved version"),
-])
+@pytest.mark.parametrize(
+    "mutate, where",
+    [
+        (lambda c: c["spec"]["workerGroupSpecs"][0].update(replicaCount=1), "unknown field"),
+        (lambda c: c["spec"]["workerGroupSpecs"][0].update(replicas="one"), "wrong type"),
+        (lambda c: c["spec"]["workerGroupSpecs"][1].pop("groupName"), "missing required field"),
+        (lambda c: c["spec"]["headGroupSpec"]["rayStartParams"].update({"num-cpus": 0}), "rayStartParams values are strings"),
+        (lambda c: c["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].update(imagee="x"), "unknown pod field"),
+        (lambda c: c.update(apiVersion="ray.io/v2"), "unserved version"),
+    ],
+)
 def test_the_validator_rejects_broken_rayclusters(mutate, where, rendered, crd_validators):
     broken = copy.deepcopy(one(rendered["cpu-tiny"], "RayCluster"))
     mutate(broken)
@@ -242,7 +257,11 @@ def test_the_together_key_comes_from_a_secret_on_env_nodes_only(name, rendered):
     for group in [cluster["spec"]["headGroupSpec"], *cluster["spec"]["workerGroupSpecs"]]:
         env = {e["name"]: e for e in group["template"]["spec"]["containers"][0].get("env", [])}
         if group.get("groupName") == CPU_GROUP:
-            assert env["TOGETHER_API_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "rlsvc-secrets", "key": "TOGETHER_API_KEY", "optional": True}
+            assert env["TOGETHER_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+                "name": "rlsvc-secrets",
+                "key": "TOGETHER_API_KEY",
+                "optional": True,
+            }
         else:
             assert "TOGETHER_API_KEY" not in env
     assert "TOGETHER_API_KEY" not in job["spec"]["runtimeEnvYAML"]
@@ -256,6 +275,7 @@ def test_resources_param_parses_as_ray_start_reads_it():
 
 
 # ---- container images ----------------------------------------------------------------------
+
 
 def test_every_image_has_a_recipe_that_agrees_with_pyproject(rendered):
     images = {c["image"] for docs in rendered.values() for d in docs for c in _containers(d)}
@@ -297,6 +317,7 @@ def _containers(doc: dict):
 
 # ---- ray_cluster.yaml ----------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def launcher() -> dict:
     return yaml.safe_load((REPO / "ray_cluster.yaml").read_text())
@@ -315,11 +336,14 @@ def test_ray_cluster_yaml_validates_against_rays_schema(launcher):
     validate_config(prepare_config(copy.deepcopy(launcher)))  # what `ray up` runs before launching
 
 
-@pytest.mark.parametrize("mutate", [
-    lambda c: c["available_node_types"]["gpu_workers"].update(gpus=4),
-    lambda c: c["available_node_types"]["gpu_workers"]["resources"].update(GPU="four"),
-    lambda c: c["available_node_types"]["cpu_workers"].pop("node_config"),
-])
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda c: c["available_node_types"]["gpu_workers"].update(gpus=4),
+        lambda c: c["available_node_types"]["gpu_workers"]["resources"].update(GPU="four"),
+        lambda c: c["available_node_types"]["cpu_workers"].pop("node_config"),
+    ],
+)
 def test_ray_schema_rejects_broken_launcher_configs(mutate, launcher):
     broken = copy.deepcopy(launcher)
     mutate(broken)

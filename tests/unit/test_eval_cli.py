@@ -28,7 +28,10 @@ def checkpoint(tmp_path_factory):
 
 def test_load_policy_act_contract(checkpoint):
     policy = load_policy(checkpoint)
-    obs = [BlackjackObservation(player_sum=15, dealer_card=10, usable_ace=False), BlackjackObservation(player_sum=20, dealer_card=1, usable_ace=True)]
+    obs = [
+        BlackjackObservation(player_sum=15, dealer_card=10, usable_ace=False),
+        BlackjackObservation(player_sum=20, dealer_card=1, usable_ace=True),
+    ]
     acts = policy.act(obs)
     assert len(acts) == 2 and set(acts) <= {"hit", "stand"}
     assert policy.act(obs) == acts  # greedy is deterministic

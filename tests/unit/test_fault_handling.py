@@ -53,8 +53,15 @@ def test_the_ledger_replayed_drops_rewound_steps(tmp_path):
 
     from rlsvc.training_checkpoint import replay_ledger
 
-    records = [{"step": 1, "groups": [0, 1]}, {"step": 2, "groups": [2, 3]}, {"step": 3, "groups": [4, 5]},
-               {"rewind_to": 1}, {"step": 2, "groups": [2, 3]}, {"step": 3, "groups": [4, 5]}, {"step": 4, "groups": [6, 7]}]
+    records = [
+        {"step": 1, "groups": [0, 1]},
+        {"step": 2, "groups": [2, 3]},
+        {"step": 3, "groups": [4, 5]},
+        {"rewind_to": 1},
+        {"step": 2, "groups": [2, 3]},
+        {"step": 3, "groups": [4, 5]},
+        {"step": 4, "groups": [6, 7]},
+    ]
     ledger = tmp_path / "trained.jsonl"
     ledger.write_text("".join(json.dumps(r) + "\n" for r in records))
     steps = replay_ledger(ledger)
@@ -67,5 +74,7 @@ def test_chaos_refuses_bad_arguments_in_one_line():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "rlsvc.chaos", "--address", "127.0.0.1:1", "--every", "0"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlsvc.chaos", "--address", "127.0.0.1:1", "--every", "0"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2 and out.stderr.strip() == "rlsvc.chaos: --every and --duration must be > 0"

@@ -34,8 +34,9 @@ class RulesFleet:
 
     def _obs(self, g):
         v = g.view()
-        return BlackjackObservation(player_sum=v.player_sum, dealer_card=v.dealer_card, usable_ace=v.usable_ace, done=g.done,
-                                    reward=g.reward, outcome=g.outcome)
+        return BlackjackObservation(
+            player_sum=v.player_sum, dealer_card=v.dealer_card, usable_ace=v.usable_ace, done=g.done, reward=g.reward, outcome=g.outcome
+        )
 
     def reset(self, slots, seeds):
         for s, seed in zip(slots, seeds):

@@ -99,7 +99,7 @@ def test_no_writes_outside_its_folder(box, tmp_path):
     code = f"""
 import os
 results = {{}}
-for path in [{str(target)!r}, '/etc/rlsvc-sandbox-test', {str(Path(tempfile.gettempdir()) / 'rlsvc-escape.txt')!r}, '/dev/shm/x', 'inside.txt']:
+for path in [{str(target)!r}, '/etc/rlsvc-sandbox-test', {str(Path(tempfile.gettempdir()) / "rlsvc-escape.txt")!r}, '/dev/shm/x', 'inside.txt']:
     try:
         with open(path, 'w') as f:
             f.write('x')
@@ -149,12 +149,19 @@ def test_no_network(box):
 
 
 def test_cli_prints_the_result_as_json():
-    out = subprocess.run([sys.executable, "-m", "rlsvc.sandbox", "--timeout", "5"], input="print('hello')\n1/0\n",
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [sys.executable, "-m", "rlsvc.sandbox", "--timeout", "5"], input="print('hello')\n1/0\n", capture_output=True, text=True, timeout=30
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["stdout"] == "hello\n" and result["exit_code"] == 1 and result["timed_out"] is False
-    assert result["error"] == "ZeroDivisionError: division by zero" and set(result) >= {"stdout", "stderr", "exit_code", "timed_out", "error"}
+    assert result["error"] == "ZeroDivisionError: division by zero" and set(result) >= {
+        "stdout",
+        "stderr",
+        "exit_code",
+        "timed_out",
+        "error",
+    }
     bad = subprocess.run([sys.executable, "-m", "rlsvc.sandbox", "--timeout", "0"], input="", capture_output=True, text=True, timeout=30)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
 

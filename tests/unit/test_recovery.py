@@ -33,8 +33,9 @@ class FakeServices:
         self.log, self.dead = log, dead_rollout
         self.trainer_group = FakeTrainers(log)
         self.reference_model = None
-        self.buffer_client = SimpleNamespace(snapshot=lambda: {"items": [], "dropped_full": 0},
-                                             restore=lambda snap: log.append(("restore_buffer",)))
+        self.buffer_client = SimpleNamespace(
+            snapshot=lambda: {"items": [], "dropped_full": 0}, restore=lambda snap: log.append(("restore_buffer",))
+        )
 
     def restart_policy_group(self) -> None:
         self.log.append(("restart_policy_group",))
@@ -82,11 +83,19 @@ def checkpointed_loop(tmp_path: Path, dead_rollout: list[int]) -> tuple[FakeLoop
 def test_recovery_replaces_the_group_and_dead_workers_then_loads_the_checkpoint(tmp_path):
     loop, log = checkpointed_loop(tmp_path, dead_rollout=[1])
     setups: list[int] = []
-    step, best = recover(loop, tmp_path, lambda: setups.append(1) or {"model_cfg": {}, "kwargs": {}})
+    step, best = recover(loop, tmp_path, lambda: setups.append(1) or "spec")
     assert (step, best) == (7, None) and setups == [1]
     assert (loop.version, loop.nonfinite_skipped) == (7, 1)
-    assert log == [("close_sync",), ("restart_policy_group",), ("replace_rollout", 1), ("load_checkpoint",), ("restore_buffer",),
-                   ("rewind_rollout", 7), ("new_sync",), ("sync_weights", 7)]
+    assert log == [
+        ("close_sync",),
+        ("restart_policy_group",),
+        ("replace_rollout", 1),
+        ("load_checkpoint",),
+        ("restore_buffer",),
+        ("rewind_rollout", 7),
+        ("new_sync",),
+        ("sync_weights", 7),
+    ]
 
 
 def test_an_actor_dying_during_recovery_starts_it_again_within_the_budget(tmp_path):
@@ -97,7 +106,7 @@ def test_an_actor_dying_during_recovery_starts_it_again_within_the_budget(tmp_pa
         attempts.append(1)
         if len(attempts) == 1:
             raise ActorDied("rank 0 died while loading")
-        return {"model_cfg": {}, "kwargs": {}}
+        return "spec"
 
     said: list[str] = []
     restarts, step, best = recover_with_retries(loop, tmp_path, setup, limit=3, restarts=0, report=said.append)

@@ -16,7 +16,9 @@ class RulesFleet:
 
     def _obs(self, g):
         v = g.view()
-        return BlackjackObservation(player_sum=v.player_sum, dealer_card=v.dealer_card, usable_ace=v.usable_ace, done=g.done, reward=g.reward, outcome=g.outcome)
+        return BlackjackObservation(
+            player_sum=v.player_sum, dealer_card=v.dealer_card, usable_ace=v.usable_ace, done=g.done, reward=g.reward, outcome=g.outcome
+        )
 
     def reset(self, slots, seeds):
         for s, seed in zip(slots, seeds):
@@ -108,4 +110,3 @@ def test_ended_episodes_free_their_slot_for_the_next_one():
     decisions = sum(len(texts) for _, texts, _, _ in few)
     assert decisions == 97 and sizes == [10] * 9 + [5, 2]  # full until the queue is empty
     # (waves of 10 slots would make 7 waves of up to 4 turns each, every turn a call)
-

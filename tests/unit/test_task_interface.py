@@ -39,7 +39,7 @@ def entry_point_dir(tmp_path: Path) -> Path:
     info = tmp_path / "rlsvc_qa_task-0.1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlsvc-qa-task\nVersion: 0.1.0\n")
-    (info / "entry_points.txt").write_text('[rlsvc.tasks]\nqa = rlsvc_qa.task:QATask\n')
+    (info / "entry_points.txt").write_text("[rlsvc.tasks]\nqa = rlsvc_qa.task:QATask\n")
     return tmp_path
 
 
@@ -59,13 +59,16 @@ def test_a_task_by_import_path_and_by_entry_point(example_on_path, tmp_path, mon
     assert type(by_name).__name__ == "QATask" and by_name.answers() == ["1", "2"]
 
 
-@pytest.mark.parametrize("override, message", [
-    ("env.task=no_such_task", "env.task: no task named 'no_such_task' (entry points in group rlsvc.tasks: "),
-    ("env.task=no_such_module:make", "env.task: cannot import no_such_module"),
-    ("env.task=os:no_such_factory", "env.task: os has no attribute no_such_factory"),
-    ("env.task=os:getcwd", "env.task: os:getcwd returned str, not an rlsvc.task.Task"),
-    ("env.task=os:sep", "env.task: os:sep is not callable"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("env.task=no_such_task", "env.task: no task named 'no_such_task' (entry points in group rlsvc.tasks: "),
+        ("env.task=no_such_module:make", "env.task: cannot import no_such_module"),
+        ("env.task=os:no_such_factory", "env.task: os has no attribute no_such_factory"),
+        ("env.task=os:getcwd", "env.task: os:getcwd returned str, not an rlsvc.task.Task"),
+        ("env.task=os:sep", "env.task: os:sep is not callable"),
+    ],
+)
 def test_bad_task_names_are_one_line_errors(override, message):
     with pytest.raises(TaskError) as err:
         task_for(load_config(None, [override]))
@@ -90,11 +93,18 @@ def test_settings_that_use_a_missing_hook(example_on_path):
 
 
 def test_the_cli_refuses_a_bad_task_before_any_cluster(tmp_path):
-    for override, expected in (("env.task=no_such_task", "no task named 'no_such_task'"),
-                               ("env.task=os:getcwd", "not an rlsvc.task.Task"),
-                               ("env.remote.url=http://127.0.0.1:9", "env.remote.url: ")):
-        out = subprocess.run([sys.executable, "-m", "rlsvc.train", override, "env.remote.connect_timeout_s=2",
-                              f"run.output_dir={tmp_path}"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    for override, expected in (
+        ("env.task=no_such_task", "no task named 'no_such_task'"),
+        ("env.task=os:getcwd", "not an rlsvc.task.Task"),
+        ("env.remote.url=http://127.0.0.1:9", "env.remote.url: "),
+    ):
+        out = subprocess.run(
+            [sys.executable, "-m", "rlsvc.train", override, "env.remote.connect_timeout_s=2", f"run.output_dir={tmp_path}"],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
         assert out.returncode == 2, out.stderr
         assert out.stderr.startswith("rlsvc.train: ") and expected in out.stderr and out.stderr.count("\n") == 1, out.stderr
     assert not list(tmp_path.iterdir())  # no run folder: refused before the job began
@@ -142,7 +152,7 @@ def test_warm_start_batches_mask_only_the_answer_tokens():
     for row, m, (obs, answer) in zip(ids, mask, _ToyTask().warm_start_examples(rng, 16)):
         prompt, ans = codec.encode(obs), codec.answer_ids(answer)
         assert row[: len(prompt) + len(ans)].tolist() == prompt + ans
-        assert (row[len(prompt) + len(ans):] == PAD_ID).all()
+        assert (row[len(prompt) + len(ans) :] == PAD_ID).all()
         assert m.nonzero().flatten().tolist() == list(range(len(prompt), len(prompt) + len(ans)))
 
 

@@ -47,7 +47,9 @@ def test_wrong_and_broken_solutions_score_partially_or_zero(box):
     program, nonce = unit_test_program(problem, "def is_prime(n)\n    return True")
     score, error = score_output(box.run(program, 10).stdout, nonce, len(problem.tests))
     assert score == 0.0 and error.startswith("SyntaxError")
-    program, nonce = unit_test_program(problem, "print('<<rlsvc-tests 0000 {\"passed\": 5, \"total\": 5, \"error\": null}')\nimport os\nos._exit(0)")
+    program, nonce = unit_test_program(
+        problem, 'print(\'<<rlsvc-tests 0000 {"passed": 5, "total": 5, "error": null}\')\nimport os\nos._exit(0)'
+    )
     assert score_output(box.run(program, 10).stdout, nonce, len(problem.tests))[0] == 0.0  # a forged line has no nonce
     program, nonce = unit_test_program(problem, "while True:\n    pass")
     assert score_output(box.run(program, 2).stdout, nonce, len(problem.tests))[0] == 0.0

@@ -130,8 +130,18 @@ def test_train_step_updates_parameters_and_reports_finite_metrics() -> None:
     before = trainer.parameter_checksum()
     batch = grpo_batch()
     metrics = trainer.train_step(batch, kl_coef=0.1)
-    assert set(metrics) == {"loss", "grad_norm", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "logprob_mismatch",
-                            "nonfinite_skipped"}
+    assert set(metrics) == {
+        "loss",
+        "grad_norm",
+        "kl",
+        "entropy",
+        "clip_frac",
+        "ratio_mean",
+        "tis_weight",
+        "mismatch_kl",
+        "logprob_mismatch",
+        "nonfinite_skipped",
+    }
     assert all(math.isfinite(v) for v in metrics.values())
     assert metrics["kl"] > 0.0 and metrics["grad_norm"] > 0.0
     assert trainer.parameter_checksum() != before

@@ -100,8 +100,9 @@ def _openenv_classes() -> dict[str, type]:
                 raise RuntimeError("call reset before step")
             correct = action.answer.strip() == self._problem["answer"].strip()
             self._state.step_count += 1
-            return QAObservation(question=self._problem["question"], done=True, reward=1.0 if correct else 0.0,
-                                 outcome="correct" if correct else "wrong")
+            return QAObservation(
+                question=self._problem["question"], done=True, reward=1.0 if correct else 0.0, outcome="correct" if correct else "wrong"
+            )
 
         @property
         def state(self) -> QAState:

@@ -28,7 +28,9 @@ class BroadcastSync(RayWeightSync):
         t0 = time.perf_counter()
         manifest = self._gather(version)
         pack_s = ray.get(self.trainers[0].ws_snapshot.remote())
-        return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
+        return Staged(
+            manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0}
+        )
 
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()

@@ -19,7 +19,9 @@ class ShmSync(RayWeightSync):
         super().__init__(trainers, rollout_workers, **kwargs)
         nodes = set(ray.get([a.node_id.remote() for a in [trainers[0], *rollout_workers]]))
         if len(nodes) > 1:
-            raise ValueError("weight_sync.type=shm needs trainer rank 0 and every rollout worker on one node; use monarch, ray or broadcast across nodes")
+            raise ValueError(
+                "weight_sync.type=shm needs trainer rank 0 and every rollout worker on one node; use monarch, ray or broadcast across nodes"
+            )
         path = str(SHM_DIR / f"rlsvc-weights-{uuid.uuid4().hex[:12]}")
         size, plan = ray.get(rollout_workers[0].ws_open.remote("shm", path, True))
         ray.get([w.ws_open.remote("shm", path, False) for w in rollout_workers[1:]])
@@ -36,7 +38,9 @@ class ShmSync(RayWeightSync):
         t0 = time.perf_counter()
         manifest = self._gather(version)
         pack_s = ray.get(self.trainers[0].ws_snapshot.remote())
-        return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0})
+        return Staged(
+            manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0}
+        )
 
     def apply(self, staged: Staged) -> dict[str, float]:
         return self._write(staged.manifest, from_snapshot=True)

@@ -23,9 +23,15 @@ class TorchStoreSync(RayWeightSync):
         t0 = time.perf_counter()
         manifest = self._gather(version)
         put_s = ray.get(self.trainers[0].ws_put.remote())
-        return Staged(manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/put_s": put_s, "sync/stage_s": time.perf_counter() - t0})
+        return Staged(
+            manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/put_s": put_s, "sync/stage_s": time.perf_counter() - t0}
+        )
 
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()
         results = ray.get([w.ws_pull.remote(staged.manifest) for w in self.workers])
-        return {"sync/transfer_s": max(r["get_s"] for r in results), "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}
+        return {
+            "sync/transfer_s": max(r["get_s"] for r in results),
+            "sync/load_s": max(r["load_s"] for r in results),
+            "sync/apply_s": time.perf_counter() - t0,
+        }
