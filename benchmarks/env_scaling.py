@@ -54,6 +54,7 @@ def main() -> None:
     from rlsvc.job import prepare_model
     from rlsvc.policy_io import BlackjackCodec
     from rlsvc.rollout.runner import RolloutRunner
+    from rlsvc.rollout.spec import EngineSpec
 
     cfg = load_config(None, [f"env.sessions_per_actor={args.sessions}", f"env.step_latency_ms={args.latency_ms}", "rollout.num_cpus=1"])
     place = planned(cfg)
@@ -67,12 +68,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="rlsvc-env-scaling-") as tmp:
             tokenizer, source = prepare_model(cfg, Path(tmp))
         codec = BlackjackCodec(tokenizer)
-        engine_kwargs = {"max_model_len": cfg.model.titan.max_seq_len, "kv_cache_gb": 1, "seed": 0}
+        engine = EngineSpec(max_model_len=cfg.model.titan.max_seq_len, kv_cache_gb=1, seed=0)
         rollouts = [
-            ray.remote(RolloutWorker)
-            .options(**place["rollout"].options())
-            .remote(source, engine_kwargs, {"temperature": 1.0, "max_tokens": 1})
-            for _ in range(max(args.rollout_workers))
+            ray.remote(RolloutWorker).options(**place["rollout"].options()).remote(source, engine) for _ in range(max(args.rollout_workers))
         ]
         assert set(ray.get([r.node_id.remote() for r in rollouts])) == {n.node_id for n in gpu_nodes}, (
             "one rollout worker per GPU-group node"

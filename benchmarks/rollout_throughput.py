@@ -113,6 +113,7 @@ def main() -> None:
     from rlsvc.cluster.actors import RolloutWorker
     from rlsvc.cluster.ray_setup import WORKER_ENV
     from rlsvc.models.tokenizer import load_tokenizer
+    from rlsvc.rollout.spec import EngineSpec
 
     torch.set_num_threads(THREADS)
     rows = []
@@ -124,11 +125,16 @@ def main() -> None:
         ray.init(num_cpus=THREADS + 1, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
         try:
             env = {"env_vars": {**WORKER_ENV, "OMP_NUM_THREADS": str(THREADS)}}
-            engine_kwargs = {"max_model_len": cfg.max_seq_len, "kv_cache_gb": 1, "max_num_seqs": max(args.batches), "seed": 0}
-            sampling = {"temperature": 1.0, "max_tokens": args.tokens, "min_tokens": args.tokens}
-            worker = (
-                ray.remote(RolloutWorker).options(num_cpus=THREADS, runtime_env=env).remote({"path": str(folder)}, engine_kwargs, sampling)
+            engine = EngineSpec(
+                max_model_len=cfg.max_seq_len,
+                kv_cache_gb=1,
+                max_num_seqs=max(args.batches),
+                seed=0,
+                temperature=1.0,
+                max_tokens=args.tokens,
+                min_tokens=args.tokens,
             )
+            worker = ray.remote(RolloutWorker).options(num_cpus=THREADS, runtime_env=env).remote({"path": str(folder)}, engine)
             hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
             for batch in args.batches:
                 prompts = prompts_for(tokenizer, batch, prompt_len)

@@ -30,7 +30,10 @@ from benchmarks import RESULTS_DIR  # noqa: E402
 from rlsvc.cluster.actors import RolloutWorker, TrainerWorker  # noqa: E402
 from rlsvc.cluster.ray_setup import WORKER_ENV  # noqa: E402
 from rlsvc.cluster.weight_sync.base import build_weight_sync  # noqa: E402
+from rlsvc.config import TrainerConfig  # noqa: E402
 from rlsvc.models.titan import ModelConfig  # noqa: E402
+from rlsvc.rollout.spec import EngineSpec  # noqa: E402
+from rlsvc.trainer.titan_trainer import TrainerSpec  # noqa: E402
 
 RESULTS = RESULTS_DIR / "weight_sync.json"
 
@@ -65,12 +68,11 @@ def start_fleet(cfg: ModelConfig, workdir: Path, n_workers: int, threads: int):
     # threads as the default job gives each actor (trainer.num_cpus = rollout.num_cpus = 2)
     env = {"env_vars": {**WORKER_ENV, "OMP_NUM_THREADS": str(threads)}}
     trainer = ray.remote(TrainerWorker).options(num_cpus=1, runtime_env=env).remote(0, 1)
-    engine_kwargs = {"max_model_len": cfg.max_seq_len, "kv_cache_gb": 1, "max_num_seqs": 16}
+    engine = EngineSpec(max_model_len=cfg.max_seq_len, kv_cache_gb=1, max_num_seqs=16)
     workers = [
-        ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote({"path": str(folder)}, engine_kwargs, {"max_tokens": 1})
-        for _ in range(n_workers)
+        ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote({"path": str(folder)}, engine) for _ in range(n_workers)
     ]
-    ray.get(trainer.setup.remote(cfg.model_dump(), {"lr": 1e-4, "seed": 1}, None, None))
+    ray.get(trainer.setup.remote(TrainerSpec(cfg, TrainerConfig(lr=1e-4), seed=1), None, None))
     ray.get([w.version.remote() for w in workers])  # engines up
     return trainer, workers
 

@@ -26,6 +26,7 @@ from rlsvc.config import Config, flatten, to_yaml
 from rlsvc.loop import GRPOLoop
 from rlsvc.policy_io import TaskCodec, make_codec
 from rlsvc.recovery import recover_with_retries
+from rlsvc.rollout.spec import EngineSpec
 from rlsvc.task import Task, TaskError
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rlsvc.tracking.plots import reward_curve
@@ -266,12 +267,8 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         codec = make_codec(task, tokenizer, cfg.model.titan.max_seq_len, cfg.rollout.max_tokens)
         if cfg.rollout.constrained_actions and codec.allowed_token_ids is None:
             raise TaskError(f"rollout.constrained_actions: task {task.name} has no fixed answers of one token each")
-        sampling = {
-            "temperature": cfg.rollout.temperature,
-            "max_tokens": cfg.rollout.max_tokens,
-            "allowed_token_ids": codec.allowed_token_ids if cfg.rollout.constrained_actions else None,
-        }
-        svc = start_services(cfg, placement, source, sampling)
+        engine = EngineSpec.from_config(cfg, codec.allowed_token_ids if cfg.rollout.constrained_actions else None)
+        svc = start_services(cfg, placement, source, engine)
         trainer_setup = setup_trainers(cfg, svc)
 
         loop = (AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, svc, codec)

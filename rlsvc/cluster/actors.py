@@ -63,15 +63,16 @@ class RolloutWorker(_WeightSyncEndpoint):
 
     _ws_side, _ws_owner_attr = "rollout", "engine"
 
-    def __init__(self, source: dict[str, Any], engine_kwargs: dict[str, Any], sampling: dict[str, Any]) -> None:
+    def __init__(self, source: dict[str, Any], spec: Any) -> None:
+        """`source`: where the initial checkpoint is (`materialise`); `spec`: the engine's
+        settings and sampling (rlsvc.rollout.spec.EngineSpec)."""
         from rlsvc.rollout.vllm_engine import VLLMEngine
 
-        self.engine = VLLMEngine(materialise(source), **engine_kwargs)
-        self.sampling = sampling
+        self.engine = VLLMEngine(materialise(source), **spec.engine_kwargs())
+        self.spec = spec
 
     def generate(self, prompts: list[list[int]], seeds: list[int], greedy: bool = False) -> list[dict]:
-        sampling = dict(self.sampling, temperature=0.0) if greedy else self.sampling
-        return self.engine.generate(prompts, seeds=seeds, **sampling)
+        return self.engine.generate(prompts, seeds=seeds, **self.spec.sampling(greedy))
 
     def update_weights(self, hf_state_dict: dict, version: int) -> dict[str, float | str]:
         return self.engine.update_weights(hf_state_dict, version)

@@ -17,6 +17,7 @@ from rlsvc.cluster.groups import ReferenceModel, ReplayBufferClient, RewardClien
 from rlsvc.cluster.placement import Placement, Role, actor_name
 from rlsvc.cluster.weight_sync.base import build_weight_sync
 from rlsvc.config import Config
+from rlsvc.rollout.spec import EngineSpec
 from rlsvc.weight_sync.base import WeightSync
 
 log = logging.getLogger(__name__)
@@ -150,21 +151,12 @@ def _actor(cls: type, place: Placement, index: int = 0) -> Any:
     return ray.remote(cls).options(**place.options(index)).remote  # type: ignore[no-any-return]
 
 
-def start_services(cfg: Config, placement: dict[Role, Placement], model_source: dict[str, Any], sampling: dict[str, Any]) -> Services:
+def start_services(cfg: Config, placement: dict[Role, Placement], model_source: dict[str, Any], engine: EngineSpec) -> Services:
     """Create every actor at once (Ray starts them in parallel); trainer ranks join their
     process group in `setup`, which the caller runs once all of them exist."""
-    engine_kwargs = {
-        "seed": cfg.run.seed,
-        "max_model_len": cfg.model.titan.max_seq_len,
-        "gpu_memory_utilization": cfg.rollout.gpu_memory_utilization,
-        "kv_cache_gb": cfg.rollout.kv_cache_gb,
-        "enforce_eager": cfg.rollout.enforce_eager,
-        "dtype": cfg.rollout.dtype,
-        "tensor_parallel_size": cfg.rollout.tensor_parallel_size,
-    }
 
     def make_rollout(i: int) -> Any:
-        return _actor(RolloutWorker, placement["rollout"], i)(model_source, engine_kwargs, sampling)
+        return _actor(RolloutWorker, placement["rollout"], i)(model_source, engine)
 
     rollout = [make_rollout(i) for i in range(cfg.rollout.num_workers)]
     n = cfg.trainer.num_ranks

@@ -38,12 +38,15 @@ class EnvFleet(Protocol):
     def step(self, slots: list[int], actions: list[str]) -> list[Any]: ...
 
 
-@dataclass
-class PromptCodec:
-    """Observation -> prompt token ids, and sampled text -> action ("hit"/"stand"/None)."""
+class PromptCodec(Protocol):
+    """The task as the runner needs it (rlsvc.policy_io.TaskCodec): observation -> prompt token
+    ids, sampled text -> action (None: an invalid answer), observation -> transcript record."""
 
-    encode: Callable[[Any], list[int]]
-    parse: Callable[[str], str | None]
+    def encode(self, obs: Any) -> list[int]: ...
+
+    def parse(self, text: str) -> Any | None: ...
+
+    def observe(self, obs: Any) -> dict[str, Any]: ...
 
 
 def _outcome(obs: Any) -> str | None:
@@ -51,10 +54,6 @@ def _outcome(obs: Any) -> str | None:
     if outcome is None:
         outcome = (getattr(obs, "metadata", None) or {}).get("outcome")
     return outcome
-
-
-def _obs_dict(obs: Any) -> dict[str, Any]:
-    return {k: getattr(obs, k) for k in ("player_sum", "dealer_card", "usable_ace")}
 
 
 @dataclass
@@ -89,7 +88,7 @@ class RolloutRunner:
         waiting = iter(enumerate(jobs))
         running: dict[int, int] = {}  # slot -> job
         obs: dict[int, Any] = {}  # slot -> the observation its episode acts on next
-        observe = getattr(self.codec, "observe", _obs_dict)
+        observe = self.codec.observe
         free = list(range(min(self.fleet.num_slots, len(jobs))))
         while True:
             self._start(free, waiting, running, obs, episodes)
@@ -144,7 +143,7 @@ class RolloutRunner:
             results = self._timed("env_s", self.fleet.reset, [s for s, _ in batch], [seed for _, (_, (_, seed)) in batch])
             free = []
             for (s, (j, _)), o in zip(batch, results):
-                if o.done:  # defensive: BlackJack never ends at reset, other envs may
+                if o.done:  # an environment may end an episode at reset
                     self._finish(episodes[j], o)
                     free.append(s)
                 else:

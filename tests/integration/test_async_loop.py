@@ -38,8 +38,9 @@ def services(ray_cluster, tmp_path_factory):
     )
     resources, nodes = cluster_view()
     tokenizer, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
-    sampling = {"temperature": 1.0, "max_tokens": 1, "allowed_token_ids": None}
-    svc = start_services(cfg, plan(cfg, resources, nodes), source, sampling)
+    from rlsvc.rollout.spec import EngineSpec
+
+    svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))
     setup_trainers(cfg, svc)
     yield cfg, svc, BlackjackCodec(tokenizer)
     svc.stop()

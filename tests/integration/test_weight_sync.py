@@ -23,18 +23,18 @@ def fleet(ray_cluster, tmp_path_factory):
     from rlsvc.cluster.actors import RolloutWorker, TrainerWorker
     from rlsvc.config import Config
     from rlsvc.job import prepare_model
+    from rlsvc.rollout.spec import EngineSpec
+    from rlsvc.trainer.titan_trainer import TrainerSpec
 
     cfg = Config()
     env = {"env_vars": {"OMP_NUM_THREADS": "1"}}
     _, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
-    engine_kwargs = {"max_model_len": cfg.model.titan.max_seq_len, "kv_cache_gb": 1, "max_num_seqs": 64}
-    workers = [
-        ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote(source, engine_kwargs, {"max_tokens": 1}) for _ in range(2)
-    ]
+    engine = EngineSpec(max_model_len=cfg.model.titan.max_seq_len, kv_cache_gb=1, max_num_seqs=64)
+    workers = [ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote(source, engine) for _ in range(2)]
     trainers = [ray.remote(TrainerWorker).options(num_cpus=1, runtime_env=env).remote(r, 2) for r in range(2)]
     init = ray.get(trainers[0].rendezvous_address.remote())
-    kwargs = {"lr": 1e-2, "seed": cfg.run.seed}
-    ray.get([t.setup.remote(cfg.model.titan.model_dump(), kwargs, init, None) for t in trainers])
+    spec = TrainerSpec(cfg.model.titan, cfg.trainer.model_copy(update={"lr": 1e-2}), cfg.run.seed)
+    ray.get([t.setup.remote(spec, init, None) for t in trainers])
     yield trainers, workers
     ray.get([a.close.remote() for a in [*workers, *trainers]])
     for a in [*workers, *trainers]:

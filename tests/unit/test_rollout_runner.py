@@ -6,7 +6,7 @@ from __future__ import annotations
 from rlsvc.envs.blackjack import BlackjackObservation, seeded_game
 from rlsvc.models.tokenizer import build_tokenizer
 from rlsvc.policy_io import BlackjackCodec
-from rlsvc.rollout.runner import PromptCodec, RolloutRunner
+from rlsvc.rollout.runner import RolloutRunner
 
 
 class RulesFleet:
@@ -49,7 +49,7 @@ class Scripted:
 
 def test_runner_plays_groups_to_the_end():
     codec = BlackjackCodec(build_tokenizer())
-    runner = RolloutRunner(Scripted(codec), RulesFleet(num_slots=10), PromptCodec(codec.encode, codec.parse), max_turns=12)
+    runner = RolloutRunner(Scripted(codec), RulesFleet(num_slots=10), codec, max_turns=12)
     groups = [(g, 1000 + g) for g in range(8)]
     eps = runner.collect(groups, group_size=3, version=5, sample_seed=0)
     assert len(eps) == 24 and all(e.policy_version == 5 for e in eps)  # 24 episodes over waves of 10 slots
@@ -72,7 +72,7 @@ def test_runner_truncates_at_max_turns():
         def generate(self, prompts, seeds):
             return [{"token_ids": [0], "logprobs": [0.0], "text": "HIT"} for _ in prompts]
 
-    runner = RolloutRunner(AlwaysStandLater(codec), RulesFleet(4), PromptCodec(codec.encode, codec.parse), max_turns=1)
+    runner = RolloutRunner(AlwaysStandLater(codec), RulesFleet(4), codec, max_turns=1)
     eps = runner.collect([(0, 4), (1, 5)], group_size=2, version=0, sample_seed=0)
     assert {e.outcome for e in eps} <= {"truncated", "loss"}
     assert all(len(e.prompts) == 1 for e in eps)
@@ -96,7 +96,7 @@ class SeededRandom(Scripted):
 def _played(num_slots: int) -> tuple[list, list[int]]:
     codec = BlackjackCodec(build_tokenizer())
     gen = SeededRandom(codec)
-    runner = RolloutRunner(gen, RulesFleet(num_slots), PromptCodec(codec.encode, codec.parse), max_turns=12)
+    runner = RolloutRunner(gen, RulesFleet(num_slots), codec, max_turns=12)
     eps = runner.collect([(g, 7000 + g) for g in range(16)], group_size=4, version=0, sample_seed=3)
     return [(e.group_id, e.texts, e.env_return, e.outcome) for e in eps], gen.batch_sizes
 
