@@ -162,3 +162,55 @@ def tiny_hf_checkpoint(family: str, folder: Path):
             p.add_(torch.randn_like(p) * 0.02)
     model.save_pretrained(folder)
     return model
+
+
+class RulesFleet:
+    """The BlackJack rules in-process; `lose` = {deal seed: n}: the first n episodes begun on that
+    deal are lost at their first step (an env backend gone: the episode comes back failed)."""
+
+    def __init__(self, num_slots: int, lose: dict[int, int] | None = None) -> None:
+        self.num_slots = num_slots
+        self.games: dict[int, object] = {}
+        self.lose = dict(lose or {})
+        self.doomed: set[int] = set()
+
+    def _obs(self, g):
+        v = g.view()
+        from rlsvc.envs.blackjack import BlackjackObservation
+
+        return BlackjackObservation(
+            player_sum=v.player_sum, dealer_card=v.dealer_card, usable_ace=v.usable_ace, done=g.done, reward=g.reward, outcome=g.outcome
+        )
+
+    def reset(self, slots, seeds):
+        from rlsvc.envs.blackjack import seeded_game
+
+        for s, seed in zip(slots, seeds):
+            self.games[s] = seeded_game(seed)
+            self.doomed.discard(s)
+            if self.lose.get(seed, 0) > 0:
+                self.lose[seed] -= 1
+                self.doomed.add(s)
+        return [self._obs(self.games[s]) for s in slots]
+
+    def step(self, slots, actions):
+        from rlsvc.cluster.fleet import LostEpisode
+
+        out = []
+        for s, a in zip(slots, actions):
+            if s in self.doomed:
+                out.append(LostEpisode())  # what the Ray fleet returns for a session lost with its actor
+                continue
+            self.games[s].step(a)
+            out.append(self._obs(self.games[s]))
+        return out
+
+
+def load_script(name: str):
+    """scripts/NAME.py as a module (scripts/ is not a package: the files run as plain scripts)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

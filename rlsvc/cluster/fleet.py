@@ -6,26 +6,23 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from rlsvc.rollout.runner import RolloutWorkerLost
+from rlsvc.rollout.runner import FailedObservation, RolloutWorkerLost
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class LostEpisode:
+class LostEpisode(FailedObservation):
     """What the runner sees for a session whose env actor died mid-call: the episode is over and
     failed, so its group is left out of training (counted, never trained on half-played)."""
 
-    done: bool = True
-    reward: float = 0.0
-    failed: bool = True
+    error: str = "its env actor died"
     outcome: str = "env_lost"
-    metadata: dict = field(default_factory=dict)
 
 
 class EnvActorGone(RuntimeError):

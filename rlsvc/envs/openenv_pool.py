@@ -36,12 +36,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from rlsvc.envs.serve import bind_socket, check_server, http_url, is_loopback, make_server, new_event_loop, wait_healthy
+from rlsvc.rollout.runner import FailedObservation
 
 T = TypeVar("T")
 
@@ -54,31 +55,21 @@ _REFUSALS = ("CAPACITY_REACHED", "FACTORY_ERROR", "SESSION_ERROR")
 
 
 @dataclass
-class InvalidObservation:
+class InvalidObservation(FailedObservation):
     """What a session returns when the environment sent an observation that does not parse as
     its observation type (a buggy environment): the episode ends, failed, and its group is left
     out of training instead of stopping the job."""
 
-    error: str
-    done: bool = True
-    reward: float = 0.0
-    failed: bool = True
     outcome: str = "env_invalid"
-    metadata: dict = field(default_factory=dict)
 
 
 @dataclass
-class LostObservation:
+class LostObservation(FailedObservation):
     """What a session returns when its connection to the server failed (the server died, the
     connection was reset or closed, no reply in time, no reconnect possible): the episode ends,
-    failed, and only its group is left out of training. Same shape as `InvalidObservation`."""
+    failed, and only its group is left out of training."""
 
-    error: str
-    done: bool = True
-    reward: float = 0.0
-    failed: bool = True
     outcome: str = "env_lost"
-    metadata: dict = field(default_factory=dict)
 
 
 class SessionRefused(ConnectionError):

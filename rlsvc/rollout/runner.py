@@ -38,6 +38,20 @@ class EnvFleet(Protocol):
     def step(self, slots: list[int], actions: list[str]) -> list[Any]: ...
 
 
+@dataclass
+class FailedObservation:
+    """What an env fleet returns for a session it could not play on (the environment sent
+    something unreadable, its server or actor went away): the episode ends, `failed`, and its
+    group is left out of training; `outcome` says why."""
+
+    error: str = ""
+    outcome: str = "env_failed"
+    done: bool = True
+    reward: float = 0.0
+    failed: bool = True
+    metadata: dict = field(default_factory=dict)
+
+
 class PromptCodec(Protocol):
     """The task as the runner needs it (rlsvc.policy_io.TaskCodec): observation -> prompt token
     ids, sampled text -> action (None: an invalid answer), observation -> transcript record."""

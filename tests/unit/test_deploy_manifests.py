@@ -7,7 +7,6 @@ placement plan (rlsvc/cluster/placement.py) asks of them for the config their jo
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import os
 import re
@@ -16,6 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
+from conftest import load_script
 
 from rlsvc.cluster.placement import GPU_GROUP_ROLES, group_demand, pack, planned
 from rlsvc.cluster.shapes import launcher_groups, nodes, parse_resources_param, raycluster_groups, render_kustomize
@@ -24,15 +24,7 @@ from rlsvc.config import load_config
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _kuberay_crds():
-    """scripts/kuberay_crds.py (scripts/ is not a package): where the CRDs are, and their pins."""
-    spec = importlib.util.spec_from_file_location("kuberay_crds", REPO / "scripts" / "kuberay_crds.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-kuberay_crds = _kuberay_crds()
+kuberay_crds = load_script("kuberay_crds")  # where the CRDs are, and their pins
 CRDS = kuberay_crds.crds_dir()
 HOW_TO_GET_CRDS = (
     f"run 'make crds' (downloads KubeRay {kuberay_crds.VERSION}'s CRDs) or set {kuberay_crds.ENV_VAR} to a folder holding them"

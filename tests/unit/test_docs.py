@@ -7,7 +7,6 @@ Plain files and the standard library only: no Ray, no torch, a second or two.
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import re
 import subprocess
@@ -15,6 +14,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from conftest import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 README_LIMIT = 12_000
@@ -28,15 +28,7 @@ FENCED = re.compile(r"^\s*(```|~~~).*?^\s*\1", re.M | re.S)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
 
 
-def _render_docs():
-    """scripts/render_docs.py (scripts/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("render_docs", REPO / "scripts" / "render_docs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-render_docs = _render_docs()
+render_docs = load_script("render_docs")
 DOCS = render_docs.targets(REPO)
 
 

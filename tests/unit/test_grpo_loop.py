@@ -9,53 +9,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import RulesFleet
 
 from rlsvc.algo.grpo import group_advantages
 from rlsvc.buffer.replay import Episode, ReplayBuffer
-from rlsvc.cluster.fleet import LostEpisode
 from rlsvc.config import load_config
-from rlsvc.envs.blackjack import BlackjackObservation, HandView, seeded_game
+from rlsvc.envs.blackjack import HandView
 from rlsvc.loop import GRPOLoop, deal_seed
 from rlsvc.models.tokenizer import build_tokenizer
 from rlsvc.policy_io import BlackjackCodec
 
 B, G = 4, 4
-
-
-class RulesFleet:
-    """The BlackJack rules in-process; `lose` = {deal seed: n}: the first n episodes begun on that
-    deal are lost at their first step (an env backend gone: the episode comes back failed)."""
-
-    def __init__(self, num_slots: int, lose: dict[int, int] | None = None) -> None:
-        self.num_slots = num_slots
-        self.games: dict[int, object] = {}
-        self.lose = dict(lose or {})
-        self.doomed: set[int] = set()
-
-    def _obs(self, g):
-        v = g.view()
-        return BlackjackObservation(
-            player_sum=v.player_sum, dealer_card=v.dealer_card, usable_ace=v.usable_ace, done=g.done, reward=g.reward, outcome=g.outcome
-        )
-
-    def reset(self, slots, seeds):
-        for s, seed in zip(slots, seeds):
-            self.games[s] = seeded_game(seed)
-            self.doomed.discard(s)
-            if self.lose.get(seed, 0) > 0:
-                self.lose[seed] -= 1
-                self.doomed.add(s)
-        return [self._obs(self.games[s]) for s in slots]
-
-    def step(self, slots, actions):
-        out = []
-        for s, a in zip(slots, actions):
-            if s in self.doomed:
-                out.append(LostEpisode())
-                continue
-            self.games[s].step(a)
-            out.append(self._obs(self.games[s]))
-        return out
 
 
 class SeededRandom:

@@ -3,32 +3,11 @@ scripted answer function as the generator (the real ones are covered by integrat
 
 from __future__ import annotations
 
-from rlsvc.envs.blackjack import BlackjackObservation, seeded_game
+from conftest import RulesFleet
+
 from rlsvc.models.tokenizer import build_tokenizer
 from rlsvc.policy_io import BlackjackCodec
 from rlsvc.rollout.runner import RolloutRunner
-
-
-class RulesFleet:
-    def __init__(self, num_slots: int) -> None:
-        self.num_slots = num_slots
-        self.games = {}
-
-    def _obs(self, g):
-        v = g.view()
-        return BlackjackObservation(
-            player_sum=v.player_sum, dealer_card=v.dealer_card, usable_ace=v.usable_ace, done=g.done, reward=g.reward, outcome=g.outcome
-        )
-
-    def reset(self, slots, seeds):
-        for s, seed in zip(slots, seeds):
-            self.games[s] = seeded_game(seed)
-        return [self._obs(self.games[s]) for s in slots]
-
-    def step(self, slots, actions):
-        for s, a in zip(slots, actions):
-            self.games[s].step(a)
-        return [self._obs(self.games[s]) for s in slots]
 
 
 class Scripted:

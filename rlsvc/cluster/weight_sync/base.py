@@ -4,11 +4,13 @@ rlsvc/weight_sync/base.py."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import ray
 
-from rlsvc.weight_sync.base import TRANSPORTS, WeightSync, unavailable_reason
+from rlsvc.weight_sync.base import TRANSPORTS, Staged, WeightSync, unavailable_reason
 
 if TYPE_CHECKING:
     from rlsvc.weight_sync.manifest import Manifest
@@ -26,6 +28,16 @@ class RayWeightSync(WeightSync):
     def _gather(self, version: int, lazy: bool = False) -> Manifest:
         """Every trainer rank stages `version` (the FSDP gather is a collective); rank 0's manifest."""
         return ray.get([t.ws_stage.remote(version, lazy) for t in self.trainers])[0]
+
+    def _stage_with(self, version: int, rank0_call: Callable[[], Any], phase: str) -> Staged:
+        """Gather `version` on every rank, then rank 0's transport-specific staging call (an
+        object ref of its seconds, or of (handles, seconds)), timed as `sync/<phase>_s`."""
+        t0 = time.perf_counter()
+        manifest = self._gather(version)
+        out = ray.get(rank0_call())
+        handles, seconds = out if isinstance(out, tuple) else ([], out)
+        timings = {"sync/gather_s": manifest.timings["gather_s"], f"sync/{phase}_s": seconds, "sync/stage_s": time.perf_counter() - t0}
+        return Staged(manifest, handles, timings)
 
     def close(self, timeout_s: float | None = None) -> None:
         for ref in [t.ws_close.remote() for t in self.trainers] + [w.ws_close.remote() for w in self.workers]:

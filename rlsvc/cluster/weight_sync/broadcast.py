@@ -25,12 +25,7 @@ class BroadcastSync(RayWeightSync):
         )
 
     def stage(self, version: int) -> Staged:
-        t0 = time.perf_counter()
-        manifest = self._gather(version)
-        pack_s = ray.get(self.trainers[0].ws_snapshot.remote())
-        return Staged(
-            manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0}
-        )
+        return self._stage_with(version, lambda: self.trainers[0].ws_snapshot.remote(), "pack")
 
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()

@@ -20,14 +20,7 @@ class MonarchSync(RayWeightSync):
         ray.get([a.ws_open.remote("monarch", ip) for a, ip in zip(actors, node_ips(actors))])
 
     def stage(self, version: int) -> Staged:
-        t0 = time.perf_counter()
-        manifest = self._gather(version)
-        handles, pack_s = ray.get(self.trainers[0].ws_snapshot.remote())
-        return Staged(
-            manifest,
-            handles,
-            {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0},
-        )
+        return self._stage_with(version, lambda: self.trainers[0].ws_snapshot.remote(), "pack")
 
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()

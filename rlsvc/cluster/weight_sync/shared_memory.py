@@ -35,12 +35,7 @@ class ShmSync(RayWeightSync):
         return {"sync/transfer_s": write_s, "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}
 
     def stage(self, version: int) -> Staged:
-        t0 = time.perf_counter()
-        manifest = self._gather(version)
-        pack_s = ray.get(self.trainers[0].ws_snapshot.remote())
-        return Staged(
-            manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/pack_s": pack_s, "sync/stage_s": time.perf_counter() - t0}
-        )
+        return self._stage_with(version, lambda: self.trainers[0].ws_snapshot.remote(), "pack")
 
     def apply(self, staged: Staged) -> dict[str, float]:
         return self._write(staged.manifest, from_snapshot=True)

@@ -20,12 +20,7 @@ class TorchStoreSync(RayWeightSync):
         ray.get([w.ws_open.remote("torchstore", ip, controller) for w, ip in zip(rollout_workers, worker_ips)])
 
     def stage(self, version: int) -> Staged:
-        t0 = time.perf_counter()
-        manifest = self._gather(version)
-        put_s = ray.get(self.trainers[0].ws_put.remote())
-        return Staged(
-            manifest, [], {"sync/gather_s": manifest.timings["gather_s"], "sync/put_s": put_s, "sync/stage_s": time.perf_counter() - t0}
-        )
+        return self._stage_with(version, lambda: self.trainers[0].ws_put.remote(), "put")
 
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()
