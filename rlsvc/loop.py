@@ -259,6 +259,8 @@ class GRPOLoop:
             "failed_episodes": float(env_failures),
             "reward_errors": float(reward_errors),
             "env_actor_failures": float(getattr(svc.fleet, "take_failures", lambda: 0)()),
+            # the env actors' sessions, cumulative: a remote server that went away shows here
+            **{f"env/{k}": float(v) for k, v in getattr(svc.fleet, "session_stats", dict)().items() if k != "open_sessions"},
         }
         assign_advantages(episodes, G, cfg.grpo.normalize_std)
         buffer = svc.buffer_client

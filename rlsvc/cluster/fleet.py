@@ -82,6 +82,20 @@ class RayEnvFleet:
         n, self.failures = self.failures, 0
         return n
 
+    def session_stats(self) -> dict[str, int]:
+        """The env actors' session counters, summed (rlsvc/envs/openenv_pool.py `EnvPool.stats`:
+        sessions lost, reconnects, capacity refusals, since each actor started). An actor that is
+        down or restarting is left out: these are for watching, never a reason to stop a step."""
+        totals: dict[str, int] = defaultdict(int)
+        for ref in [a.stats.remote() for a in self.actors]:
+            try:
+                stats = ray.get(ref, timeout=30)
+            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+                continue
+            for key, value in stats.items():
+                totals[key] += value
+        return dict(totals)
+
     def _fan_out(self, method: str, slots: list[int], args: list[Any]) -> list[Any]:
         by_actor: dict[int, list[tuple[int, int, Any]]] = defaultdict(list)
         for pos, (slot, arg) in enumerate(zip(slots, args)):

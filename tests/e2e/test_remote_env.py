@@ -1,7 +1,7 @@
 """The default BlackJack job trains against an OpenEnv server it did not start (a separate
 process, as a team runs environments on their own CPU pods), by URL. The server is killed in the
-middle of the run and started again on the same port: only the groups whose episodes were in
-flight are dropped, the sessions reconnect, and the job finishes and evaluates."""
+middle of the run and started again on the same port: every session reconnects, at most the
+groups whose episodes were in flight are dropped, and the job finishes and evaluates."""
 
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def test_the_default_job_trains_against_a_server_that_is_killed_and_restarted(st
             assert job.poll() is None, (tmp_path / "job.log").read_text()[-4000:]
             assert time.monotonic() < deadline, "the job did not reach the kill point"
             time.sleep(0.2)
-        server.send_signal(signal.SIGKILL)  # mid-step: the next batch's episodes are being played
+        server.send_signal(signal.SIGKILL)  # while step KILL_AFTER + 1 runs: its resets or its episodes
         server.wait(timeout=30)
         time.sleep(1.0)
         start_server(256, port)  # a new server on the same address
@@ -69,9 +69,12 @@ def test_the_default_job_trains_against_a_server_that_is_killed_and_restarted(st
     result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
     assert result["steps"] == STEPS and -1.0 <= result["eval"]["mean_return"] <= 1.0
     run_id = result["mlflow_run_id"]
-    history = {name: {m.step: m.value for m in client.get_metric_history(run_id, name)} for name in ("groups_dropped", "failed_episodes")}
-    dropped = history["groups_dropped"]
-    assert sum(dropped.values()) >= 1, dropped  # the episodes the dead server held were lost with it ...
-    assert sum(dropped.values()) <= 2 * 64, dropped  # ... and only those groups: at most the steps it overlapped
+    history = {name: {m.step: m.value for m in client.get_metric_history(run_id, name)} for name in ("groups_dropped", "env/reconnects")}
+    dropped, reconnects = history["groups_dropped"], history["env/reconnects"]
+    # Every session's connection died with the server and was opened again on the new one. Where
+    # the kill lands decides the rest: episodes in flight in a step are lost with their groups
+    # (one run: 32 of 64 groups at the kill's step); a kill during the resets costs only time.
+    assert max(reconnects.values()) >= 256, reconnects
+    assert sum(dropped.values()) <= 2 * 64, dropped  # at most the steps the outage overlapped
     assert all(dropped[s] == 0 for s in range(STEPS - 3, STEPS + 1)), dropped  # sessions back: later steps lose nothing
     assert client.get_run(run_id).info.status == "FINISHED"
