@@ -3,8 +3,11 @@
 CLI:    python -m rlsvc.eval --checkpoint DIR --episodes N --seed S   (prints JSON)
 Python: policy = load_policy(DIR); policy.act([BlackjackObservation(...), ...]) -> ["hit", ...]
 
-The action is read as the more likely of the two action tokens (HIT / STAND) at the answer
-position, greedy by default, so every decision is a legal move.
+The action is the more likely of the task's two answers, greedy by default, so every decision
+is a legal move: with one token per answer (the words prompt, HIT / STAND), the more likely
+token at the answer position; otherwise (a chat checkpoint: `<answer>hit</answer>` and the
+end-of-turn token) the answer whose tokens have the larger summed logprob after the prompt.
+The checkpoint's rlsvc.json (`prompt`) says which prompt format it was trained with.
 """
 
 from __future__ import annotations
@@ -14,11 +17,18 @@ import json
 import random
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlsvc.envs.blackjack import HandView, finish_hand, seeded_game, stick_at
 
+if TYPE_CHECKING:
+    from rlsvc.tasks.blackjack import BlackjackTask
+
 ACTIONS = ("hit", "stand")
+PROMPT_FORMATS = {"blackjack/v1": False, "blackjack/chat-v1": True}
+"""The BlackJack prompt formats a checkpoint may name (rlsvc.json `prompt`) -> chat or not."""
+SCORE_ROWS = 32
+"""Rows (prompt + answer) per forward pass when answers are scored whole: bounds memory."""
 
 
 class CheckpointError(ValueError):
@@ -26,11 +36,17 @@ class CheckpointError(ValueError):
 
 
 class Policy:
-    def __init__(self, model: Any, tokenizer: Any, device: str = "cpu") -> None:
-        from rlsvc.policy_io import BlackjackCodec
+    """A BlackJack policy from a causal LM: observations in, "hit"/"stand" out."""
+
+    def __init__(self, model: Any, tokenizer: Any, device: str = "cpu", task: BlackjackTask | None = None) -> None:
+        from rlsvc.policy_io import TaskCodec
+        from rlsvc.tasks.blackjack import BlackjackTask
 
         self.model, self.device = model, device
-        self.codec = BlackjackCodec(tokenizer)
+        self.task = task or BlackjackTask()
+        self.codec = TaskCodec(self.task, tokenizer)
+        self.answers = self.task.answers()
+        self.actions = [self.task.parse(a) for a in self.answers]  # ACTIONS, in the answers' order
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     def action_logits(self, observations: list[Any]) -> Any:
@@ -48,18 +64,53 @@ class Policy:
             logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits[:, -1]
         return logits[:, self.codec.allowed_token_ids].float().cpu()
 
+    def answer_scores(self, observations: list[Any]) -> Any:
+        """[N, answers] summed logprobs of each answer's tokens (with the end-of-turn token in
+        chat) after each prompt. Rows are prompt + answer, right-padded, so every real token
+        keeps the position it has unpadded."""
+        import torch
+
+        prompts = [self.codec.encode(o) for o in observations]
+        answers = [self.codec.answer_ids(a) for a in self.answers]
+        rows = [(p, a) for p in prompts for a in answers]  # observation-major: row i*C + c
+        sums: list[Any] = []
+        for start in range(0, len(rows), SCORE_ROWS):
+            chunk = rows[start : start + SCORE_ROWS]
+            width = max(len(p) + len(a) for p, a in chunk)
+            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
+            attn = torch.zeros_like(ids)
+            for r, (p, a) in enumerate(chunk):
+                ids[r, : len(p) + len(a)] = torch.tensor(p + a)
+                attn[r, : len(p) + len(a)] = 1
+            with torch.no_grad():
+                logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits
+            for r, (p, a) in enumerate(chunk):
+                # the answer's tokens are predicted at the positions just before them; only those
+                # rows of the (vocabulary-wide) logits are normalised
+                lp = logits[r, len(p) - 1 : len(p) + len(a) - 1].float().log_softmax(-1).cpu()
+                sums.append(lp.gather(-1, torch.tensor(a).unsqueeze(-1)).sum())
+        return torch.stack(sums).view(len(prompts), len(answers))
+
     def act(self, observations: list[Any], greedy: bool = True, seed: int | None = None) -> list[str]:
+        """One action ("hit"/"stand") per observation: the greedy answer, or one sampled from
+        the softmax over the answers' scores."""
         import torch
 
         if not observations:
             return []
-        logits = self.action_logits(list(observations))
+        if self.codec.allowed_token_ids is not None:
+            scores = self.action_logits(list(observations))
+            best = scores.argmax(dim=-1)
+        else:
+            scores = self.answer_scores(list(observations))
+            # ties go to the last answer, as the trainer's greedy chooser does (rlsvc/loop.py)
+            best = len(self.answers) - 1 - scores.flip(1).argmax(dim=-1)
         if greedy:
-            choice = logits.argmax(dim=-1)
+            choice = best
         else:
             gen = torch.Generator().manual_seed(seed if seed is not None else 0)
-            choice = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen).squeeze(-1)
-        return [ACTIONS[int(c)] for c in choice]
+            choice = torch.multinomial(torch.softmax(scores, -1), 1, generator=gen).squeeze(-1)
+        return [self.actions[int(c)] for c in choice]
 
 
 class TablePolicy:
@@ -80,17 +131,37 @@ def all_states() -> list[HandView]:
 
 
 def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
-    """Load a checkpoint folder written by `rlsvc.train` (or any HF causal LM with the tokenizer)."""
+    """Load a checkpoint folder written by `rlsvc.train` (or any HF causal LM with the tokenizer),
+    prompted as its rlsvc.json says (words when it has none)."""
     folder = Path(directory)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint folder not found: {folder}")
     if not (folder / "config.json").is_file():
         raise CheckpointError(f"not a Hugging Face checkpoint (no config.json): {folder}")
+    chat, system = _chat_format(folder)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rlsvc.tasks.blackjack import BlackjackTask
+
     model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
-    return Policy(model, AutoTokenizer.from_pretrained(str(folder)), device)
+    return Policy(model, AutoTokenizer.from_pretrained(str(folder)), device, BlackjackTask(chat=chat, system=system))
+
+
+def _chat_format(folder: Path) -> tuple[bool, str | None]:
+    """Whether the checkpoint was trained on chat prompts, and with which system message, from its
+    rlsvc.json; a checkpoint of another task is refused rather than played with prompts it never saw."""
+    meta_file = folder / "rlsvc.json"
+    try:
+        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    except (OSError, ValueError) as e:
+        raise CheckpointError(f"unreadable {meta_file}: {e}") from None
+    if meta.get("task", "blackjack") != "blackjack":
+        raise CheckpointError(f"not a BlackJack checkpoint (task {meta['task']!r} in {meta_file})")
+    prompt = meta.get("prompt", "blackjack/v1")
+    if prompt not in PROMPT_FORMATS:
+        raise CheckpointError(f"unknown prompt format {prompt!r} in {meta_file}; expected one of {', '.join(PROMPT_FORMATS)}")
+    return PROMPT_FORMATS[prompt], meta.get("system_prompt")
 
 
 def evaluate(

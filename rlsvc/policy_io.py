@@ -14,13 +14,22 @@ from typing import Any
 from rlsvc.buffer.replay import Episode
 from rlsvc.task import Prompt, Task
 
+CHAT_OPTIONS = {"enable_thinking": False}
+"""Passed to every chat template: Qwen3's would otherwise let the model open a `<think>` block
+that a short answer budget cuts off (templates without the variable ignore it)."""
+
 
 class TaskCodec:
     def __init__(self, task: Task, tokenizer: Any, max_prompt_tokens: int | None = None) -> None:
         self.task = task
         self.tokenizer = tokenizer
         self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+        self.prompt_room = max_prompt_tokens
+        """The longest prompt (all turns so far with the next reply) that leaves room to answer."""
         self.max_prompt_tokens = None if max_prompt_tokens is None else max_prompt_tokens - len(self.bos)
+        # a chat model's answer ends its turn with eos (vLLM stops there; the template closes it)
+        self.end_of_turn = [tokenizer.eos_token_id] if task.chat and tokenizer.eos_token_id is not None else []
+        self._reply: tuple[str, str] | None = None  # the chat template around a later user message
         self.prompt_format: str = getattr(task, "prompt_format", task.name)
         self.outcomes = task.outcomes
         self._cache: dict[Hashable, list[int]] = {}
@@ -41,7 +50,7 @@ class TaskCodec:
     def tokens(self, prompt: Prompt) -> list[int]:
         if isinstance(prompt, str):
             return list(self.tokenizer.encode(prompt, add_special_tokens=False))
-        ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, **CHAT_OPTIONS)
         ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
         # the template writes its own start token; encode() adds bos in front again
         return list(ids[1:] if self.bos and ids and ids[0] == self.bos[0] else ids)
@@ -57,7 +66,46 @@ class TaskCodec:
         return self.task.metrics(episodes)
 
     def answer_ids(self, answer: str) -> list[int]:
-        return list(self.tokenizer.encode(answer, add_special_tokens=False))
+        """An answer's tokens as the policy writes them (ending its turn, for a chat task)."""
+        return list(self.tokenizer.encode(answer, add_special_tokens=False)) + self.end_of_turn
+
+    def next_turn(self, sequence: list[int], obs: Any) -> list[int] | None:
+        """The tokens that follow an episode's `sequence` (every earlier prompt and answer, as
+        sampled) for the environment's reply `obs`: the end of the answer's turn if vLLM did not
+        write it (the answer was cut at `rollout.max_tokens`), then the reply as the chat
+        template renders a user message with its generation prompt. The earlier tokens are never
+        decoded and encoded again. None when the sequence would no longer leave room to answer."""
+        text = self.task.render_next(obs)
+        if self.task.chat:
+            before, after = self._reply_template()
+            text = before + text + after
+        ended = bool(self.end_of_turn) and bool(sequence) and sequence[-1] == self.end_of_turn[0]
+        ids = ([] if ended else self.end_of_turn) + list(self.tokenizer.encode(text, add_special_tokens=False))
+        if self.prompt_room is not None and len(sequence) + len(ids) > self.prompt_room:
+            return None
+        return ids
+
+    def _reply_template(self) -> tuple[str, str]:
+        """(text before, text after) a later user message, read off the chat template: a probe
+        conversation rendered with and without one more user turn. What follows the assistant's
+        answer in the template (after its end-of-turn token, e.g. ChatML's newline) comes first."""
+        if self._reply is None:
+            mark, answer = "\x00REPLY\x00", "\x00ANSWER\x00"
+            probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": answer}]
+            base = self.tokenizer.apply_chat_template(probe, tokenize=False, **CHAT_OPTIONS)
+            full = self.tokenizer.apply_chat_template(
+                [*probe, {"role": "user", "content": mark}], add_generation_prompt=True, tokenize=False, **CHAT_OPTIONS
+            )
+            if not full.startswith(base) or mark not in full:
+                raise ValueError(
+                    "the tokenizer's chat template does not extend a conversation by appending (needed for rollout.context=episode)"
+                )
+            closing = base[base.index(answer) + len(answer) :]
+            eos = self.tokenizer.eos_token or ""
+            closing = closing[len(eos) :] if eos and closing.startswith(eos) else closing
+            added = full[len(base) :]
+            self._reply = (closing + added[: added.index(mark)], added[added.index(mark) + len(mark) :])
+        return self._reply
 
     @property
     def allowed_token_ids(self) -> list[int] | None:

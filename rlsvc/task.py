@@ -51,6 +51,9 @@ class Task(ABC):
     outcomes: tuple[str, ...] = ("invalid", "truncated")
     """Episode outcomes reported as `<outcome>_rate` metrics (the environment sets `outcome` on
     its final observation; the loop sets `invalid` and `truncated`)."""
+    chat: bool = False
+    """Whether `render` gives chat messages: then an answer ends with the tokenizer's end-of-turn
+    token (vLLM stops there; the warm start and the greedy evaluator score it too)."""
     remote_url: str | None = None
     """Where this task's OpenEnv server runs when it is not served by the env actors themselves
     (`env.remote.url` overrides it). None: the env actors serve `env_spec()`."""
@@ -70,6 +73,14 @@ class Task(ABC):
     def render(self, observation: Any) -> Prompt:
         """The prompt for one decision: text, or chat messages (rendered with the tokenizer's
         chat template and its generation prompt)."""
+
+    def render_next(self, observation: Any) -> str:
+        """With `rollout.context=episode`: the environment's reply on a later turn, appended to
+        the episode's token sequence (as one user message through the chat template when the
+        task is `chat`, else as plain text). Default: the text of `render(observation)`, or its
+        last message's content."""
+        prompt = self.render(observation)
+        return prompt if isinstance(prompt, str) else str(prompt[-1]["content"])
 
     @abstractmethod
     def parse(self, text: str) -> Any | None:

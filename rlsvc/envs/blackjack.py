@@ -1,9 +1,10 @@
 """BlackJack with Gymnasium `Blackjack-v1` rules (`sab=True`), as plain code and as an OpenEnv env.
 
-The plain rules (`BlackjackGame`, `play_episode`, the reference policies, `format_prompt`,
-`parse_action`) import nothing heavy, so rollout and reward code can use them freely. The OpenEnv
-classes (`BlackjackAction`, `BlackjackObservation`, `BlackjackState`, `BlackjackEnvironment`) are
-built on first access, because `import openenv.core` loads gradio and takes several seconds.
+The plain rules (`BlackjackGame`, `play_episode`, the reference policies, the policy's texts
+`format_prompt`/`parse_action` and their chat forms) import nothing heavy, so rollout and reward
+code can use them freely. The OpenEnv classes (`BlackjackAction`, `BlackjackObservation`,
+`BlackjackState`, `BlackjackEnvironment`) are built on first access, because `import
+openenv.core` loads gradio and takes several seconds.
 
 Rules, matching Gymnasium: infinite deck (draws with replacement from 1..10 plus three more 10s,
 ace = 1); the dealer is dealt first, then the player; the observation shows the dealer's first card;
@@ -14,6 +15,7 @@ player natural beats a dealer non-natural (+1) and a natural against a natural i
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
@@ -215,6 +217,37 @@ def format_prompt(obs: HandLike) -> str:
 def parse_action(text: str) -> ActionName | None:
     """Map the policy's answer to an action; None when it is not exactly one action word."""
     return _ACTION_WORDS.get(text.strip())
+
+
+# Chat mode (`env.chat`, pretrained chat models): the rules in a short system message, the state
+# as a short user message, the answer as a tag. The texts are kept short on purpose: every token
+# of them is in every prompt a small model trains on.
+
+CHAT_SYSTEM = "Blackjack. Answer <answer>hit</answer> or <answer>stand</answer>."
+"""The system message of chat mode."""
+
+# Whitespace and case inside the tag are tolerated; only hit and stand are actions.
+_CHAT_ACTION = re.compile(r"<\s*answer\s*>\s*(hit|stand)\s*<\s*/\s*answer\s*>", re.IGNORECASE)
+
+
+def chat_answer(action: ActionName) -> str:
+    """The canonical chat answer for `action` (what the warm start and evaluators score)."""
+    return f"<answer>{action}</answer>"
+
+
+def format_chat_state(obs: HandLike) -> str:
+    """The user message of chat mode: the player's total (soft when an ace counts 11) and the
+    dealer's shown card."""
+    soft = " (soft)" if obs.usable_ace else ""
+    dealer = "ace" if obs.dealer_card == 1 else str(obs.dealer_card)
+    return f"Hand {obs.player_sum}{soft}, dealer {dealer}."
+
+
+def parse_chat_action(text: str) -> ActionName | None:
+    """The action of the last `<answer>hit|stand</answer>` tag in `text`; None when there is
+    none (a model that thinks aloud first is judged by its final tag)."""
+    tags = _CHAT_ACTION.findall(text)
+    return _ACTION_WORDS[tags[-1].lower()] if tags else None
 
 
 # ---------------------------------------------------------------------------------------------

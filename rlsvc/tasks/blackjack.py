@@ -1,5 +1,9 @@
 """BlackJack as a task: the state as a short prompt, HIT or STAND as the answer, the game's
-return as the reward, an exact greedy evaluator over every state, and a format warm start."""
+return as the reward, an exact greedy evaluator over every state, and a format warm start.
+
+Two prompt formats: words (`blackjack/v1`, the built-in tokenizer: one token per answer) and
+chat (`blackjack/chat-v1`, `env.chat`, pretrained chat models: a system and a user message,
+answers `<answer>hit</answer>` / `<answer>stand</answer>` ending at the end-of-turn token)."""
 
 from __future__ import annotations
 
@@ -8,38 +12,59 @@ from pathlib import Path
 from typing import Any
 
 from rlsvc.buffer.replay import Episode
-from rlsvc.envs.blackjack import HandView, format_prompt, parse_action
-from rlsvc.task import GreedyChooser, Task, outcome_rates
+from rlsvc.envs.blackjack import (
+    CHAT_SYSTEM,
+    HandView,
+    chat_answer,
+    format_chat_state,
+    format_prompt,
+    parse_action,
+    parse_chat_action,
+)
+from rlsvc.task import GreedyChooser, Prompt, Task, outcome_rates
 
 ANSWERS = ["HIT", "STAND"]
+"""The words-mode answers."""
+CHAT_ANSWERS = [chat_answer("hit"), chat_answer("stand")]
+"""The chat-mode answers (canonical forms; `parse` accepts looser ones)."""
 
 
 class BlackjackTask(Task):
     name = "blackjack"
-    prompt_format = "blackjack/v1"
     outcomes = ("win", "push", "loss", "invalid", "truncated")
 
-    def __init__(self, then_stick_at: int | None = None) -> None:
+    def __init__(self, then_stick_at: int | None = None, chat: bool = False, system: str | None = None) -> None:
         self.then_stick_at = then_stick_at
         """Single-turn variant: after the policy's first decision stick-at-N plays the hand out."""
+        self.chat = chat
+        self.system = CHAT_SYSTEM if system is None else system
+        """The system message of chat prompts."""
+        self.prompt_format = "blackjack/chat-v1" if chat else "blackjack/v1"
+        """Saved with checkpoints (rlsvc.json `prompt`): how `rlsvc.eval` must prompt them."""
 
     @classmethod
     def from_config(cls, env: Any) -> BlackjackTask:
-        return cls(env.then_stick_at)
+        return cls(env.then_stick_at, chat=getattr(env, "chat", False), system=getattr(env, "system_prompt", None))
 
     def env_spec(self) -> Any:
         from rlsvc.envs.openenv_pool import blackjack_spec
 
         return blackjack_spec(self.then_stick_at)
 
-    def render(self, observation: Any) -> str:
+    def render(self, observation: Any) -> Prompt:
+        if self.chat:
+            return [{"role": "system", "content": self.system}, {"role": "user", "content": format_chat_state(observation)}]
         return format_prompt(observation)
 
+    def render_next(self, observation: Any) -> str:
+        """The state after the previous action (the rules were said once, at the start)."""
+        return format_chat_state(observation) if self.chat else format_prompt(observation)
+
     def parse(self, text: str) -> str | None:
-        return parse_action(text)
+        return parse_chat_action(text) if self.chat else parse_action(text)
 
     def answers(self) -> list[str]:
-        return list(ANSWERS)
+        return list(CHAT_ANSWERS if self.chat else ANSWERS)
 
     def prompt_key(self, observation: Any) -> tuple:
         return (observation.player_sum, observation.dealer_card, bool(observation.usable_ace))  # ~300 states
@@ -51,13 +76,14 @@ class BlackjackTask(Task):
         decisions = sum(len(ep.responses) for ep in episodes)
         return {
             **outcome_rates(episodes, self.outcomes),
-            "hit_rate": sum(t.strip() == "HIT" for ep in episodes for t in ep.texts) / max(decisions, 1),
+            "hit_rate": sum(self.parse(t) == "hit" for ep in episodes for t in ep.texts) / max(decisions, 1),
         }
 
     def warm_start_examples(self, rng: random.Random, n: int) -> list[tuple[Any, str]]:
-        """Random states, each with a random HIT or STAND: the format only, no strategy."""
+        """Random states, each with a random answer of this mode: the format only, no strategy."""
         states = [HandView(rng.randint(4, 21), rng.randint(1, 10), rng.random() < 0.2) for _ in range(n)]
-        return [(s, rng.choice(ANSWERS)) for s in states]
+        answers = self.answers()
+        return [(s, rng.choice(answers)) for s in states]
 
     def validate(self, choose: GreedyChooser, episodes: int, seed: int) -> float:
         """The greedy policy is a table over ~280 states: ask the trainer once per state, then
@@ -65,8 +91,9 @@ class BlackjackTask(Task):
         from rlsvc.eval import TablePolicy, all_states, evaluate
 
         states = all_states()
-        picks = choose(states, ANSWERS)
-        table = {tuple(s): ANSWERS[i].lower() for s, i in zip(states, picks)}
+        answers = self.answers()
+        picks = choose(states, answers)
+        table = {tuple(s): self.parse(answers[i]) for s, i in zip(states, picks)}
         return evaluate(TablePolicy(table), episodes, seed, then_stick_at=self.then_stick_at)["mean_return"]
 
     def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float]:
