@@ -66,7 +66,7 @@ def main() -> None:
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="rlsvc-env-scaling-") as tmp:
-            tokenizer, source = prepare_model(cfg, Path(tmp))
+            _, tokenizer, source = prepare_model(cfg, Path(tmp))
         codec = BlackjackCodec(tokenizer)
         engine = EngineSpec(max_model_len=cfg.model.titan.max_seq_len, kv_cache_gb=1, seed=0)
         rollouts = [

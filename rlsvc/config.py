@@ -50,9 +50,9 @@ class RunConfig(Strict):
 class TitanModelConfig(Strict):
     """A TorchTitan Llama-3 architecture; the default is a tiny policy for CPU."""
 
-    arch: Literal["llama3", "qwen2"] = "llama3"
-    """TorchTitan model family. `llama3` is exported as Hugging Face `LlamaForCausalLM`; `qwen2`
-    (Llama layers with q/k/v bias, Qwen2/2.5) describes hub checkpoints for the GPU path."""
+    arch: Literal["llama3"] = "llama3"
+    """TorchTitan model family, exported as Hugging Face `LlamaForCausalLM` (a pretrained
+    checkpoint's own family comes from its config.json: `model.source=hf`)."""
     dim: int = Field(128, gt=0)
     """Hidden size."""
     n_layers: int = Field(2, gt=0)
@@ -106,11 +106,20 @@ class TitanModelConfig(Strict):
 
 class ModelConfig(Strict):
     source: Literal["scratch", "hf"] = "scratch"
-    """`scratch`: build `titan` with fresh weights and the built-in tokenizer; `hf`: load `path`."""
+    """`scratch`: build `titan` with fresh weights and the built-in tokenizer; `hf`: load the
+    pretrained Hugging Face checkpoint at `path` (Qwen3, Llama 3, Qwen2/2.5), its tokenizer and
+    chat template included."""
     path: str | None = None
-    """With source=hf: a local Hugging Face folder, or a hub id (needs network and a GPU-sized machine)."""
+    """With source=hf: a local Hugging Face folder; a hub id (`Qwen/Qwen3-1.7B`, downloaded once
+    with `huggingface_hub` where a network exists); or `tiny:FAMILY` (qwen3, llama, qwen2): a
+    small random model of that family with a trained byte-level BPE chat tokenizer, written once
+    by `rlsvc.models.make_tiny_hf` under `run.output_dir/tiny-hf/` (CPU tests and demos)."""
+    max_seq_len: int = Field(512, gt=0)
+    """With source=hf: the longest sequence (all of an episode's turns, prompts and answers)
+    the trainer and vLLM take; an episode that would grow past it is cut and counted
+    (`truncated_rate`)."""
     titan: TitanModelConfig = TitanModelConfig()
-    """Architecture of the policy when built from scratch."""
+    """Architecture of the policy when built from scratch (source=hf reads the checkpoint's)."""
     warm_start_steps: int = Field(30, ge=0)
     """Supervised steps on random HIT/STAND answers that teach only the answer format, standing in
     for a pretrained model that already knows it (docs/design.md: without it GRPO collapses to 'stand')."""
@@ -118,8 +127,15 @@ class ModelConfig(Strict):
     @model_validator(mode="after")
     def _check_source(self) -> ModelConfig:
         if self.source == "hf" and not self.path:
-            raise ValueError("source=hf needs model.path (a local folder or a hub id)")
+            raise ValueError("source=hf needs model.path (a local folder, a hub id or tiny:FAMILY)")
+        if self.source == "hf" and self.titan != TitanModelConfig():  # (a dumped config carries the defaults)
+            raise ValueError("model.titan describes a model built from scratch; with source=hf the checkpoint's config.json decides")
         return self
+
+    @property
+    def seq_len(self) -> int:
+        """The longest sequence the trainer and vLLM take, whichever the source."""
+        return self.titan.max_seq_len if self.source == "scratch" else self.max_seq_len
 
 
 class RolloutConfig(Strict):
@@ -128,7 +144,13 @@ class RolloutConfig(Strict):
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of the behaviour policy."""
     max_tokens: int = Field(1, ge=1)
-    """Tokens generated per decision; BlackJack answers are one token."""
+    """Tokens generated per decision (at most): the built-in BlackJack words are one token, a
+    chat answer stops earlier at the tokenizer's end-of-turn token."""
+    context: Literal["turn", "episode"] = "turn"
+    """`turn`: each decision's prompt is the latest observation alone (one training row per
+    decision). `episode`: an episode is one token sequence; each turn appends the environment's
+    rendered reply and the tokens vLLM sampled, exactly as sampled (token in, token out), and
+    the loss covers only the sampled tokens. Needs `model.max_seq_len` room for every turn."""
     constrained_actions: bool = False
     """Restrict sampling to the HIT/STAND tokens (vLLM `allowed_token_ids`), applied identically
     in the trainer's logprobs; with False an invalid answer gets `env.invalid_action_penalty`."""
@@ -214,7 +236,18 @@ class EnvBase(Strict):
     """A remote OpenEnv server to train against (`env.remote.url`)."""
 
 
-class BlackjackEnvConfig(EnvBase):
+class BuiltinEnvBase(EnvBase):
+    chat: bool = False
+    """Prompts as chat messages (a system and a user message, through the tokenizer's chat
+    template with its generation prompt), answers in the task's tagged format ending at the
+    end-of-turn token; for pretrained chat models (`model.source=hf`). False: the built-in
+    tokenizer's plain-text prompts."""
+    system_prompt: str | None = None
+    """With `chat`: the system message (None: the task's own, which states the answer format).
+    Every prompt carries it, so a short one is cheaper and leaves the observation more weight."""
+
+
+class BlackjackEnvConfig(BuiltinEnvBase):
     type: Literal["blackjack"] = "blackjack"
     """BlackJack (rlsvc/tasks/blackjack.py): the policy answers HIT or STAND at every decision."""
     then_stick_at: int | None = Field(None, ge=2, le=22)
@@ -223,7 +256,7 @@ class BlackjackEnvConfig(EnvBase):
     None: the policy makes every decision."""
 
 
-class CodeEnvConfig(EnvBase):
+class CodeEnvConfig(BuiltinEnvBase):
     type: Literal["code"] = "code"
     """The code environment (rlsvc/tasks/code.py): the policy runs code and submits an answer."""
     code: CodeSettings = CodeSettings()
@@ -289,6 +322,10 @@ class TrainerConfig(Strict):
     """Gradient clipping norm."""
     minibatches: int = Field(1, ge=1)
     """Optimizer steps per rollout batch (the batch split in this many parts)."""
+    micro_batch_tokens: int = Field(16384, ge=1)
+    """Padded tokens per forward pass. A larger batch is sorted by row length and run in parts,
+    each trimmed to its longest row, gradients accumulating: the same optimiser step with far
+    less padding when a few long multi-turn rows would set the width of all."""
     num_cpus: float = Field(2.0, gt=0)
     """Ray CPUs per trainer rank (also its thread count)."""
     num_gpus: float = Field(0.0, ge=0)
@@ -432,6 +469,10 @@ class Config(Strict):
             raise ValueError(f"trainer.minibatches ({self.trainer.minibatches}) must divide groups_per_step*group_size ({episodes})")
         if isinstance(self.env, CodeEnvConfig) and self.model.source == "scratch" and self.model.titan.tokenizer != "chars":
             raise ValueError("env.type=code needs model.titan.tokenizer=chars (the blackjack vocabulary cannot write code)")
+        if getattr(self.env, "chat", False) and self.model.source == "scratch":
+            raise ValueError("env.chat=true needs a chat model (model.source=hf); the built-in tokenizers have no chat template")
+        if self.rollout.max_tokens >= self.model.seq_len:
+            raise ValueError(f"rollout.max_tokens ({self.rollout.max_tokens}) must be below the model's max_seq_len ({self.model.seq_len})")
         return self
 
 

@@ -24,6 +24,7 @@ from rlsvc.cluster.ray_setup import cluster_view, connect, node_resources, submi
 from rlsvc.cluster.services import Services, start_services
 from rlsvc.config import Config, flatten, to_yaml
 from rlsvc.loop import GRPOLoop
+from rlsvc.models.spec import ModelSpec, ScratchModel
 from rlsvc.policy_io import TaskCodec, make_codec
 from rlsvc.recovery import recover_with_retries
 from rlsvc.rollout.spec import EngineSpec
@@ -40,40 +41,42 @@ log = logging.getLogger("rlsvc")
 CHECKPOINT_META = "rlsvc.json"
 
 
-def prepare_model(cfg: Config, workdir: Path) -> tuple[Any, dict[str, Any]]:
-    """The tokenizer and where rollout workers get the initial checkpoint from."""
-    from rlsvc.models.hf_export import save_hf_checkpoint, to_hf_state_dict
-    from rlsvc.models.titan import build_model
+def prepare_model(cfg: Config, workdir: Path) -> tuple[ModelSpec, Any, dict[str, Any]]:
+    """The policy model, its tokenizer, and where rollout workers get the initial checkpoint:
+    a model built from scratch is written to a folder whose files travel through Ray; a
+    pretrained one is served from its own folder (which every rollout node must see)."""
     from rlsvc.models.tokenizer import load_tokenizer
 
-    model_cfg = cfg.model.titan
-    folder = workdir / "init_hf"
-    save_hf_checkpoint(folder, to_hf_state_dict(build_model(model_cfg, seed=cfg.run.seed).state_dict(), model_cfg), model_cfg)
+    if cfg.model.source == "hf":
+        from rlsvc.models.pretrained import prepare
+
+        spec, tokenizer = prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, getattr(cfg.env, "chat", False))
+        return spec, tokenizer, {"path": spec.path}
+    scratch = ScratchModel(cfg.model.titan)
+    folder = scratch.initial_folder(workdir, cfg.run.seed)
     files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-    return load_tokenizer(folder), {"files": files}
+    return scratch, load_tokenizer(folder), {"files": files}
 
 
-def setup_trainers(cfg: Config, svc: Services) -> TrainerSpec:
+def setup_trainers(cfg: Config, svc: Services, model: ModelSpec) -> TrainerSpec:
     """Build the trainer on every rank (the reference is built from the same spec)."""
-    spec = TrainerSpec(cfg.model.titan, cfg.trainer, cfg.run.seed)
+    spec = TrainerSpec(model, cfg.trainer, cfg.run.seed)
     svc.trainer_group.setup(spec)
     return spec
 
 
-def save_final(cfg: Config, state: dict, version: int, codec: TaskCodec, folder: Path) -> Path:
-    from rlsvc.models.hf_export import save_hf_checkpoint
-
+def save_final(cfg: Config, model: ModelSpec, state: dict, version: int, codec: TaskCodec, folder: Path) -> Path:
     meta = {
         "allowed_token_ids": codec.allowed_token_ids,
         "prompt": codec.prompt_format,
+        "system_prompt": getattr(codec.task, "system", None) if codec.task.chat else None,
         "task": codec.task.name,
         "policy_version": version,
         # how the MLflow pyfunc model (rlsvc/tracking/policy_pyfunc.py) decodes, as training did
         "max_tokens": cfg.rollout.max_tokens,
-        "max_prompt_tokens": cfg.model.titan.max_seq_len - cfg.rollout.max_tokens,
+        "max_prompt_tokens": cfg.model.seq_len - cfg.rollout.max_tokens,
     }
-    save_hf_checkpoint(folder, state, cfg.model.titan, extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
-    return folder
+    return model.save(folder, state, extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
 
 
 def validate(cfg: Config, loop: GRPOLoop) -> float:
@@ -92,7 +95,14 @@ class TrainingStart:
 
 
 def train(
-    cfg: Config, loop: GRPOLoop, tracker: MlflowTracker, console: Console, started: float, transcripts: Path, at: TrainingStart
+    cfg: Config,
+    loop: GRPOLoop,
+    model: ModelSpec,
+    tracker: MlflowTracker,
+    console: Console,
+    started: float,
+    transcripts: Path,
+    at: TrainingStart,
 ) -> tuple[dict[str, float], Best | None, list]:
     """GRPO steps from `at.start_step` until `run.steps` or the time budget; validates every
     `eval.every_steps` and checkpoints every `run.checkpoint_every` and after the last step.
@@ -171,7 +181,7 @@ def train(
                 if not dead:
                     raise
                 restarts, resumed, best = recover_with_retries(
-                    loop, run_dir, lambda: setup_trainers(cfg, loop.svc), cfg.faults.max_policy_restarts, restarts, console.print
+                    loop, run_dir, lambda: setup_trainers(cfg, loop.svc, model), cfg.faults.max_policy_restarts, restarts, console.print
                 )
                 ledger(rewind_to=resumed)  # the steps after the checkpoint are undone: their updates are gone
                 redone += step + 1 - resumed
@@ -263,13 +273,13 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         if not cfg.cluster.autoscaling:
             pack(placement, node_resources())  # refuse now what no node can hold, rather than wait forever
         with tempfile.TemporaryDirectory(prefix="rlsvc-init-") as tmp:
-            tokenizer, source = prepare_model(cfg, Path(tmp))
-        codec = make_codec(task, tokenizer, cfg.model.titan.max_seq_len, cfg.rollout.max_tokens)
+            model, tokenizer, source = prepare_model(cfg, Path(tmp))
+        codec = make_codec(task, tokenizer, cfg.model.seq_len, cfg.rollout.max_tokens)
         if cfg.rollout.constrained_actions and codec.allowed_token_ids is None:
             raise TaskError(f"rollout.constrained_actions: task {task.name} has no fixed answers of one token each")
         engine = EngineSpec.from_config(cfg, codec.allowed_token_ids if cfg.rollout.constrained_actions else None)
         svc = start_services(cfg, placement, source, engine)
-        trainer_setup = setup_trainers(cfg, svc)
+        trainer_setup = setup_trainers(cfg, svc, model)
 
         loop = (AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, svc, codec)
         at = TrainingStart()
@@ -299,12 +309,12 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         # the time budget and `time/since_start_s` count the time the run had before it was resumed
         clock = started - (resume.state["elapsed_s"] if resume else 0.0)
         try:
-            last, best, last_episodes = train(cfg, loop, tracker, console, clock, transcripts, at)
+            last, best, last_episodes = train(cfg, loop, model, tracker, console, clock, transcripts, at)
         finally:
             loop.close()
         train_s = time.time() - t_train
         final, saved_version = final_weights(cfg, loop, best, console)
-        checkpoint = save_final(cfg, final, saved_version, codec, run_dir / "checkpoint")
+        checkpoint = save_final(cfg, model, final, saved_version, codec, run_dir / "checkpoint")
         result: dict[str, float] = {}
         if cfg.eval.episodes:
             t_eval = time.time()
@@ -323,7 +333,8 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             if path.exists():
                 tracker.log_artifact(path, path.name if path.is_dir() else None)
         # the same policy as an MLflow model; its input example is what the policy read last step
-        examples = [codec.tokenizer.decode(ep.prompts[0], skip_special_tokens=True) for ep in last_episodes[:2] if ep.prompts]
+        # decoded with the chat template's special tokens: the pyfunc model encodes them back
+        examples = [codec.tokenizer.decode(ep.prompts[0], skip_special_tokens=not task.chat) for ep in last_episodes[:2] if ep.prompts]
         model_uri = tracker.log_policy_model(checkpoint, examples or [""])
         (run_dir / "result.json").write_text(
             json.dumps(

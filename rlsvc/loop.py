@@ -151,7 +151,7 @@ class GRPOLoop:
     changes); default: `svc.weight_sync` with the config's `weight_sync` section."""
 
     def __post_init__(self) -> None:
-        self.runner = RolloutRunner(self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns)
+        self.runner = RolloutRunner(self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns, self.cfg.rollout.context)
         self.allowed = self.codec.allowed_token_ids if self.cfg.rollout.constrained_actions else None
         self.sync = self.new_sync()
         self.nonfinite = NonFiniteGuard(self.cfg.faults.max_nonfinite_steps)
@@ -284,9 +284,9 @@ class GRPOLoop:
 
         reference = svc.reference_model
         if reference is not None:
-            batch["ref_logprobs"] = reference.logprobs(batch["input_ids"], self.allowed)
+            batch["ref_logprobs"] = reference.logprobs(batch["input_ids"], self.allowed, batch["lengths"])
         if cfg.grpo.tis_cap is not None:  # the proximal policy: the trainer's own, before the step
-            batch["prox_logprobs"] = svc.trainer_group.logprobs(batch["input_ids"], self.allowed)
+            batch["prox_logprobs"] = svc.trainer_group.logprobs(batch["input_ids"], self.allowed, batch["lengths"])
         t_ref = time.perf_counter()
 
         train = self.train(batch)

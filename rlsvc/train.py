@@ -125,6 +125,49 @@ def task_for(cfg):
     return task
 
 
+def local_gpu_count() -> int | None:
+    """CUDA GPUs on this machine as `nvidia-smi -L` lists them (one `GPU n: ...` line each):
+    0 when there is no nvidia-smi or it finds no device, None when it fails otherwise (a broken
+    driver: Ray decides then). A short subprocess, where `torch.cuda.device_count()` would cost
+    the 1-2 s import of torch before a job that may be refused."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if "No devices were found" in out.stdout + out.stderr:  # a driver but no GPU passed through (exit 6)
+        return 0
+    if out.returncode:
+        return None
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
+
+
+def gpu_refusal(cfg) -> str | None:
+    """Why this job cannot start here, or None: the config reserves GPUs, no cluster is named
+    (a local Ray cluster would be started on this machine) and this machine has no GPU. Said
+    before anything is downloaded or started, instead of a placement error minutes later."""
+    reserved = [
+        (role, n, gpus)
+        for role, n, gpus in (
+            ("rollout", cfg.rollout.num_workers, cfg.rollout.num_gpus),
+            ("trainer", cfg.trainer.num_ranks, cfg.trainer.num_gpus),
+        )
+        if gpus > 0
+    ]
+    if not reserved or cfg.cluster.resolved_address() or local_gpu_count() != 0:
+        return None
+    what = ", ".join(f"{role} {n} x {gpus:g} GPU" for role, n, gpus in reserved)
+    return (
+        f"this config reserves GPUs ({what}) and this machine has none; "
+        "run it on a GPU cluster (cluster.address=ray://... or a KubeRay RayJob)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     started = time.time()
     args = build_parser().parse_args(argv)
@@ -151,15 +194,21 @@ def main(argv: list[str] | None = None) -> int:
         print(describe(cfg), end="")
     if args.print_config or args.dry_run:
         return 0
-    if cfg.model.source != "scratch":
-        # Parsed and validated (configs/blackjack_qwen2.5_1.5b.yaml), but a pretrained tokenizer
-        # answers in several tokens and a chat format; that prompt path is not built yet.
-        print("rlsvc.train: model.source=hf is not supported by this build yet (only source=scratch runs)", file=sys.stderr)
+    if refusal := gpu_refusal(cfg):  # before a model download or a local cluster that cannot hold the job
+        print(f"rlsvc.train: {refusal}", file=sys.stderr)
         return 2
     from rlsvc.task import TaskError
 
     try:
         task = task_for(cfg)
+        if cfg.model.source == "hf":  # the folder, its tokenizer and chat template, checked now
+            from rlsvc.models.hf_titan import HFModelError
+            from rlsvc.models.pretrained import prepare
+
+            try:
+                prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, task.chat)
+            except HFModelError as e:
+                raise TaskError(str(e)) from e
     except TaskError as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ class Episode:
     group_id: int
     policy_version: int
     prompts: list[list[int]] = field(default_factory=list)
-    """Prompt token ids of each decision."""
+    """Prompt token ids of each decision (when `continued`: the tokens that turn added)."""
     responses: list[list[int]] = field(default_factory=list)
     """Sampled token ids of each decision."""
     logprobs: list[list[float]] = field(default_factory=list)
@@ -39,6 +39,13 @@ class Episode:
     reward: float = 0.0
     """Filled by the reward step: what GRPO normalises."""
     advantage: float = 0.0
+    continued: bool = False
+    """One token sequence (`rollout.context=episode`): each turn's prompt extends the previous
+    turns, so the episode trains as one row, prompts[0] + responses[0] + prompts[1] + ..."""
+
+    def sequence(self) -> list[int]:
+        """All tokens so far, in order, as vLLM received and sampled them."""
+        return [t for prompt, response in zip(self.prompts, self.responses) for t in (*prompt, *response)]
 
 
 class ReplayBuffer:

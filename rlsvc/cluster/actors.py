@@ -159,8 +159,10 @@ class TrainerWorker(_WeightSyncEndpoint):
     def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float:
         return self.trainer.sft_step(input_ids, loss_mask)
 
-    def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
-        return self.trainer.logprobs(input_ids, allowed_token_ids)
+    def logprobs(
+        self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.trainer.logprobs(input_ids, allowed_token_ids, lengths)
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         return self.trainer.hf_state_dict()

@@ -56,13 +56,19 @@ class TrainerGroup:
         shards = self._split(batch)
         return ray.get([t.train_step.remote(s, **kwargs) for t, s in zip(self.ranks, shards)])[0]  # type: ignore[no-any-return]
 
-    def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
+    def logprobs(
+        self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """[N, T] token logprobs: rows split over the ranks, answers concatenated in order. A
-        batch with fewer rows than ranks goes whole to every rank (rank 0's answer)."""
+        batch with fewer rows than ranks goes whole to every rank (rank 0's answer). `lengths`:
+        each row's tokens before its padding (positions past it come back 0)."""
         if input_ids.shape[0] < len(self.ranks):
-            return ray.get([t.logprobs.remote(input_ids, allowed_token_ids) for t in self.ranks])[0]  # type: ignore[no-any-return]
-        shards = self._split({"input_ids": input_ids})
-        return torch.cat(ray.get([t.logprobs.remote(s["input_ids"], allowed_token_ids) for t, s in zip(self.ranks, shards)]))
+            return ray.get([t.logprobs.remote(input_ids, allowed_token_ids, lengths) for t in self.ranks])[0]  # type: ignore[no-any-return]
+        rows = {"input_ids": input_ids} if lengths is None else {"input_ids": input_ids, "lengths": lengths}
+        shards = self._split(rows)
+        return torch.cat(
+            ray.get([t.logprobs.remote(s["input_ids"], allowed_token_ids, s.get("lengths")) for t, s in zip(self.ranks, shards)])
+        )
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """The full weights in Hugging Face layout (every rank takes part in the gather); rank 0's."""
@@ -92,8 +98,10 @@ class ReferenceModel:
     def setup(self, spec: TrainerSpec, hf_state_dict: dict | None) -> None:
         ray.get(self.actor.setup.remote(spec, None, hf_state_dict))
 
-    def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
-        return ray.get(self.actor.logprobs.remote(input_ids, allowed_token_ids))  # type: ignore[no-any-return]
+    def logprobs(
+        self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return ray.get(self.actor.logprobs.remote(input_ids, allowed_token_ids, lengths))  # type: ignore[no-any-return]
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         return ray.get(self.actor.hf_state_dict.remote())  # type: ignore[no-any-return]

@@ -109,10 +109,6 @@ def titan_config(cfg: ModelConfig):
     from torchtitan.models.common import Embedding, Linear, RMSNorm
     from torchtitan.models.llama3 import Llama3Model
 
-    if cfg.arch != "llama3":
-        raise NotImplementedError(
-            f"model.titan.arch={cfg.arch}: only llama3 is built in TorchTitan here (qwen2 checkpoints need the GPU path)"
-        )
     inits = _inits(cfg)
     return Llama3Model.Config(
         dim=cfg.dim,

@@ -62,6 +62,8 @@ class PromptCodec(Protocol):
 
     def observe(self, obs: Any) -> dict[str, Any]: ...
 
+    def next_turn(self, sequence: list[int], obs: Any) -> list[int] | None: ...
+
 
 def _outcome(obs: Any) -> str | None:
     outcome = getattr(obs, "outcome", None)
@@ -76,6 +78,10 @@ class RolloutRunner:
     fleet: EnvFleet
     codec: PromptCodec
     max_turns: int = 12
+    context: str = "turn"
+    """`turn`: each decision's prompt is the latest observation; `episode`: an episode is one
+    token sequence, each turn's prompt all earlier tokens plus the environment's reply
+    (`codec.next_turn`), which vLLM receives as token ids (see `Episode.continued`)."""
     # seconds the last `collect` spent waiting on the generator and on the environments; the
     # rest of its wall time is this loop's own work (prompt encoding, parsing, bookkeeping)
     last_timing: dict[str, float] = field(default_factory=dict)
@@ -108,12 +114,15 @@ class RolloutRunner:
             self._start(free, waiting, running, obs, episodes)
             if not running:
                 return
-            live = sorted(running)
-            prompts = [self.codec.encode(obs[s]) for s in live]
+            live, prompts, new_tokens = self._prompts(running, obs, episodes)
+            if not live:  # every live episode ran out of room: start the next ones
+                free = list(running)
+                running.clear()
+                continue
             seeds = [sample_seed * 1009 + len(episodes[running[s]].prompts) * 100_003 + running[s] for s in live]
             outs = self._timed("generate_s", self.generator.generate, prompts, seeds)
             free, to_step, actions = [], [], []
-            for s, prompt, out in zip(live, prompts, outs):
+            for s, prompt, out in zip(live, new_tokens, outs):
                 ep = episodes[running[s]]
                 ep.prompts.append(prompt)
                 ep.responses.append(list(out["token_ids"]))
@@ -138,8 +147,35 @@ class RolloutRunner:
                     obs[s] = o
                     continue
                 free.append(s)
+            free += [s for s in running if s not in live]  # cut for length by `_prompts`
             for s in free:
                 del running[s]
+
+    def _prompts(
+        self, running: dict[int, int], obs: dict[int, Any], episodes: list[Episode]
+    ) -> tuple[list[int], list[list[int]], list[list[int]]]:
+        """(slots to generate for, their full prompts, the tokens each adds to its episode). With
+        `context=episode` a later turn's prompt is the episode's sequence so far plus the reply;
+        an episode with no room left to answer ends here, `truncated`."""
+        live, prompts, new = [], [], []
+        for s in sorted(running):
+            ep = episodes[running[s]]
+            if self.context == "episode" and ep.prompts:
+                ep.continued = True
+                sequence = ep.sequence()
+                added = self.codec.next_turn(sequence, obs[s])
+                if added is None:
+                    ep.outcome = "truncated"
+                    continue
+                live.append(s)
+                prompts.append(sequence + added)
+                new.append(added)
+            else:
+                prompt = self.codec.encode(obs[s])
+                live.append(s)
+                prompts.append(prompt)
+                new.append(prompt)
+        return live, prompts, new
 
     def _start(
         self,

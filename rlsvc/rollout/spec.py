@@ -39,7 +39,7 @@ class EngineSpec:
         """The job's engine: `rollout` settings, the model's length, the run seed."""
         r = cfg.rollout
         return cls(
-            max_model_len=cfg.model.titan.max_seq_len,
+            max_model_len=cfg.model.seq_len,
             seed=cfg.run.seed,
             gpu_memory_utilization=r.gpu_memory_utilization,
             kv_cache_gb=r.kv_cache_gb,

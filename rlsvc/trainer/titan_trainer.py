@@ -1,4 +1,5 @@
-"""The learner: a TorchTitan Llama3 policy, FSDP2-sharded across data-parallel ranks, with GRPO steps.
+"""The learner: a TorchTitan policy (the tiny Llama3 built from scratch, or a pretrained Hugging
+Face checkpoint, rlsvc/models/spec.py), FSDP2-sharded across data-parallel ranks, with GRPO steps.
 
 Plain classes (the Ray actor wrapper lives elsewhere). Every rank gets its own slice of the global
 batch; all distributed calls (`train_step`, `sft_step`, `logprobs`, `hf_state_dict`,
@@ -28,8 +29,8 @@ from torch import nn
 
 from rlsvc.algo.grpo import Normalization, k3_kl, masked_reduce, policy_loss, token_logprobs
 from rlsvc.config import TrainerConfig
-from rlsvc.models.hf_export import from_hf_state_dict, to_hf_state_dict
-from rlsvc.models.titan import ModelConfig, autocast, build_model, compute_dtype, forward, pick_device
+from rlsvc.models.spec import ModelSpec, as_spec
+from rlsvc.models.titan import ModelConfig, autocast, compute_dtype, forward, pick_device
 
 METRIC_KEYS = ("loss", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "mismatch_sum", "tokens")
 
@@ -68,14 +69,37 @@ def _response_only(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask > 0, values, torch.zeros_like(values))
 
 
+MICRO_BATCH_TOKENS = 16384
+"""Default padded tokens per forward pass (`trainer.micro_batch_tokens`)."""
+
+
 class _PolicyBase:
     """Shared by the trainer and the frozen reference: device, model, logprobs."""
 
-    cfg: ModelConfig
+    spec: ModelSpec
     device: torch.device
     dtype: torch.dtype = torch.float32
     model: nn.Module
     sharded: bool = False
+    micro_batch_tokens: int = MICRO_BATCH_TOKENS
+
+    def _max_over_ranks(self, value: int) -> int:
+        return value
+
+    def _micro_batches(self, lengths: torch.Tensor) -> list[tuple[torch.Tensor, int, bool]]:
+        """(row indices, width, filler) of each forward pass. A batch within `micro_batch_tokens` is one
+        pass as it is. A larger one is sorted by row length and split into equal parts, each
+        trimmed to its own longest row: multi-turn batches are mostly short rows padded to a few
+        long ones, and the padding is most of the work. Every rank makes as many passes (FSDP's
+        collectives run per forward); a rank with fewer rows than passes runs a `filler` pass on
+        one repeated row, whose result is not used."""
+        n, width = len(lengths), int(lengths.max()) if len(lengths) else 0
+        parts = self._max_over_ranks(max(1, math.ceil(n * width / self.micro_batch_tokens)))
+        if parts == 1:
+            return [(torch.arange(n), width, False)]
+        order = torch.argsort(lengths, stable=True)
+        chunks = [(c, False) if len(c) else (order[:1], True) for c in torch.tensor_split(order, parts)]
+        return [(c, max(int(lengths[c].max()), 1), filler) for c, filler in chunks]
 
     def _forward(self, ids: torch.Tensor) -> torch.Tensor:
         if self.sharded:  # FSDP's mixed-precision policy already computes in self.dtype
@@ -84,12 +108,21 @@ class _PolicyBase:
             return forward(self.model, ids)
 
     @torch.no_grad()
-    def logprobs(self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None) -> torch.Tensor:
-        """log p(token t | tokens < t) as [N, T] on CPU (position 0 is 0)."""
+    def logprobs(
+        self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """log p(token t | tokens < t) as [N, T] on CPU (position 0 is 0). With `lengths` (each
+        row's tokens before its right padding) positions past a row's length are 0."""
         self.model.eval()
-        ids = input_ids.to(self.device)
-        lp, _ = token_logprobs(self._forward(ids), ids, allowed_token_ids)
-        return lp.cpu()
+        n, width = input_ids.shape
+        lengths = torch.full((n,), width) if lengths is None else lengths.cpu()
+        out = torch.zeros((n, width), dtype=torch.float32)
+        for rows, w, filler in self._micro_batches(lengths):
+            ids = input_ids[rows, :w].to(self.device)
+            lp, _ = token_logprobs(self._forward(ids), ids, allowed_token_ids)
+            if not filler:
+                out[rows, :w] = lp.float().cpu()
+        return out
 
 
 class TitanReference(_PolicyBase):
@@ -97,23 +130,22 @@ class TitanReference(_PolicyBase):
 
     def __init__(
         self,
-        model_cfg: ModelConfig,
+        model: ModelSpec | ModelConfig,
         *,
         hf_state_dict: dict[str, torch.Tensor] | None = None,
         seed: int = 0,
         device: str = "auto",
         param_dtype: str = "auto",
     ) -> None:
-        self.cfg = model_cfg
+        self.spec = as_spec(model)
         self.device = pick_device(device)
         self.dtype = compute_dtype(param_dtype, self.device)
-        self.model = build_model(model_cfg, seed).requires_grad_(False).eval()
+        self.model = self.spec.build(seed, self.device).requires_grad_(False).eval()
         if hf_state_dict is not None:
             self.load_hf_state_dict(hf_state_dict)
-        self.model.to(self.device)
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        self.model.load_state_dict(from_hf_state_dict(sd, self.cfg))
+        self.model.load_state_dict(self.spec.from_hf(sd))
 
 
 class TitanTrainer(_PolicyBase):
@@ -121,7 +153,7 @@ class TitanTrainer(_PolicyBase):
 
     def __init__(
         self,
-        model_cfg: ModelConfig,
+        model: ModelSpec | ModelConfig,
         *,
         lr: float,
         weight_decay: float = 0.0,
@@ -135,8 +167,10 @@ class TitanTrainer(_PolicyBase):
         init_hf_state_dict: dict[str, torch.Tensor] | None = None,
         device: str = "auto",
         param_dtype: str = "auto",
+        micro_batch_tokens: int = MICRO_BATCH_TOKENS,
     ) -> None:
-        self.cfg = model_cfg
+        self.spec = as_spec(model)
+        self.micro_batch_tokens = micro_batch_tokens
         self.rank, self.world_size = rank, world_size
         self.max_grad_norm = max_grad_norm
         self.device = pick_device(device)
@@ -144,13 +178,11 @@ class TitanTrainer(_PolicyBase):
         self._owns_group = False
         if world_size > 1:
             self._init_process_group(dist_init_method, dist_store)
-        # Every rank builds the same full weights from the same seed, then keeps its shard.
-        model = build_model(model_cfg, seed)
-        if init_hf_state_dict is not None:
-            model.load_state_dict(from_hf_state_dict(init_hf_state_dict, model_cfg))
-        model.to(self.device)
         self.sharded = world_size > 1
-        self.model = apply_fsdp(model, self.device, world_size, self.dtype) if self.sharded else model
+        shard = (lambda m: apply_fsdp(m, self.device, world_size, self.dtype)) if self.sharded else None
+        self.model = self.spec.build(seed, self.device, shard)
+        if init_hf_state_dict is not None:
+            self.load_hf_state_dict(init_hf_state_dict)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
 
     def _init_process_group(self, init_method: str | None, store: dist.Store | None) -> None:
@@ -175,6 +207,13 @@ class TitanTrainer(_PolicyBase):
         on_device = values.to(self.device)  # NCCL only reduces device tensors
         dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
         return on_device.cpu()
+
+    def _max_over_ranks(self, value: int) -> int:
+        if not self.sharded:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
 
     def _global_denominator(self, mask: torch.Tensor, normalization: Normalization) -> float:
         local = mask.sum() if normalization == "token" else torch.tensor(float(mask.shape[0]))
@@ -211,16 +250,45 @@ class TitanTrainer(_PolicyBase):
         `batch["old_logprobs"]` are vLLM's (the behaviour policy). With `tis_cap`, the ratio is
         clipped against `batch["prox_logprobs"]` (the trainer's before this step) and tokens are
         weighted by the truncated ratio prox / behaviour (see `policy_loss`)."""
-        b = {k: v.to(self.device) for k, v in batch.items()}
+        mask_all = batch["loss_mask"].to(torch.float32)
+        denominator = self._global_denominator(mask_all.to(self.device), normalization)
+        n, width = batch["input_ids"].shape
+        lengths = batch["lengths"].cpu() if "lengths" in batch else torch.full((n,), width)
+        self.model.train()
+        local = torch.zeros(len(METRIC_KEYS), dtype=torch.float64)
+        for rows, w, filler in self._micro_batches(lengths):
+            part = {k: (v[rows, :w] if v.dim() == 2 else v[rows]).to(self.device) for k, v in batch.items() if k != "lengths"}
+            if filler:  # keeps this rank's collectives in step with the others; adds nothing
+                part["loss_mask"] = torch.zeros_like(part["loss_mask"])
+            local += self._accumulate(part, denominator, clip_eps, clip_eps_high, kl_coef, normalization, allowed_token_ids, tis_cap)
+        grad_norm, applied = self._step_optimizer()
+
+        totals = dict(zip(METRIC_KEYS, self._all_sum(local).tolist(), strict=True))
+        tokens = max(totals.pop("tokens"), 1.0)
+        totals["logprob_mismatch"] = totals.pop("mismatch_sum") / tokens
+        totals["grad_norm"] = grad_norm
+        totals["nonfinite_skipped"] = 0.0 if applied else 1.0
+        return totals
+
+    def _accumulate(
+        self,
+        b: dict[str, torch.Tensor],
+        denominator: float,
+        clip_eps: float,
+        clip_eps_high: float | None,
+        kl_coef: float,
+        normalization: Normalization,
+        allowed_token_ids: list[int] | None,
+        tis_cap: float | None,
+    ) -> torch.Tensor:
+        """Forward and backward of one micro-batch; gradients accumulate. Every sum is divided by
+        the GLOBAL denominator, so the micro-batches add up to the full batch's loss and metrics."""
         ids, mask = b["input_ids"], b["loss_mask"].to(torch.float32)
         old = _response_only(b["old_logprobs"].to(torch.float32), mask)
         behaviour = old
         if tis_cap is not None:
             old = _response_only(b["prox_logprobs"].to(torch.float32), mask)
         ref = _response_only(b["ref_logprobs"].to(torch.float32), mask) if "ref_logprobs" in b else None
-        denominator = self._global_denominator(mask, normalization)
-
-        self.model.train()
         logprobs, entropy = token_logprobs(self._forward(ids), ids, allowed_token_ids)
         logprobs = _response_only(logprobs, mask)
         loss, stats = policy_loss(
@@ -238,15 +306,7 @@ class TitanTrainer(_PolicyBase):
             tis_cap=tis_cap,
         )
         loss.backward()
-        grad_norm, applied = self._step_optimizer()
-
-        local = self._local_metrics(loss, stats, logprobs, entropy, behaviour, ref, mask, normalization, denominator)
-        totals = dict(zip(METRIC_KEYS, self._all_sum(local).tolist(), strict=True))
-        tokens = max(totals.pop("tokens"), 1.0)
-        totals["logprob_mismatch"] = totals.pop("mismatch_sum") / tokens
-        totals["grad_norm"] = grad_norm
-        totals["nonfinite_skipped"] = 0.0 if applied else 1.0
-        return totals
+        return self._local_metrics(loss, stats, logprobs, entropy, behaviour, ref, mask, normalization, denominator)
 
     def _local_metrics(
         self,
@@ -299,16 +359,16 @@ class TitanTrainer(_PolicyBase):
         and the other ranks an empty one (all ranks must call). `copy=False`: see
         `to_hf_state_dict` (on one rank, unpermuted tensors are the live parameters)."""
         if not self.sharded:
-            return to_hf_state_dict(self.model.state_dict(), self.cfg, copy=copy, lazy_permute=lazy_permute and not copy)
+            return self.spec.to_hf(self.model.state_dict(), copy=copy, lazy_permute=lazy_permute and not copy)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         # the gather already produces fresh CPU tensors, so no second copy is needed
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return to_hf_state_dict(full, self.cfg, copy=False, lazy_permute=lazy_permute) if self.rank == 0 else {}
+        return self.spec.to_hf(full, copy=False, lazy_permute=lazy_permute) if self.rank == 0 else {}
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load full HF-named weights; with FSDP every rank passes the same full dict."""
-        titan_sd = from_hf_state_dict(sd, self.cfg)
+        titan_sd = self.spec.from_hf(sd)
         if not self.sharded:
             self.model.load_state_dict(titan_sd)
             return
@@ -370,10 +430,11 @@ class TitanTrainer(_PolicyBase):
 
 @dataclass(frozen=True)
 class TrainerSpec:
-    """What every trainer rank and the reference model are built from: the config's `model.titan`
-    and `trainer` sections, typed as the config validated them, and the run's seed."""
+    """What every trainer rank and the reference model are built from: the model (built from
+    scratch or a pretrained checkpoint, rlsvc/models/spec.py), the config's `trainer` section as
+    the config validated it, and the run's seed."""
 
-    model: ModelConfig
+    model: ModelSpec
     trainer: TrainerConfig
     seed: int
 
@@ -397,4 +458,5 @@ class TrainerSpec:
             world_size=world_size,
             dist_store=dist_store,
             init_hf_state_dict=init_hf_state_dict,
+            micro_batch_tokens=t.micro_batch_tokens,
         )

@@ -37,11 +37,11 @@ def services(ray_cluster, tmp_path_factory):
         ],
     )
     resources, nodes = cluster_view()
-    tokenizer, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
+    model, tokenizer, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
     from rlsvc.rollout.spec import EngineSpec
 
     svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))
-    setup_trainers(cfg, svc)
+    setup_trainers(cfg, svc, model)
     yield cfg, svc, BlackjackCodec(tokenizer)
     svc.stop()
 

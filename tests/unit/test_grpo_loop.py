@@ -47,7 +47,7 @@ class FakeTrainerGroup:
         self.sft_batches.append((input_ids, loss_mask))
         return 1.5
 
-    def logprobs(self, input_ids, allowed_token_ids=None):
+    def logprobs(self, input_ids, allowed_token_ids=None, lengths=None):
         self.logprob_calls.append(input_ids)
         return torch.full(input_ids.shape, -0.5)
 
@@ -59,7 +59,7 @@ class FakeReference:
     def __init__(self) -> None:
         self.calls = 0
 
-    def logprobs(self, input_ids, allowed_token_ids=None):
+    def logprobs(self, input_ids, allowed_token_ids=None, lengths=None):
         self.calls += 1
         return torch.full(input_ids.shape, -0.4)
 
