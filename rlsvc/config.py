@@ -123,6 +123,11 @@ class ModelConfig(Strict):
     warm_start_steps: int = Field(30, ge=0)
     """Supervised steps on random HIT/STAND answers that teach only the answer format, standing in
     for a pretrained model that already knows it (docs/design.md: without it GRPO collapses to 'stand')."""
+    warm_start_on_prompts: bool = False
+    """The warm start's loss also covers the prompts (next-token prediction of the observation
+    text, as pretraining would have taught; the answers stay random, so no strategy). A tiny
+    random model behind a long chat prompt needs it to read the observation at all: its answer
+    does not depend on the prompt otherwise (docs/models.md)."""
 
     @model_validator(mode="after")
     def _check_source(self) -> ModelConfig:

@@ -66,7 +66,12 @@ def setup_trainers(cfg: Config, svc: Services, model: ModelSpec) -> TrainerSpec:
 
 
 def save_final(cfg: Config, model: ModelSpec, state: dict, version: int, codec: TaskCodec, folder: Path) -> Path:
-    meta = {
+    return model.save(folder, state, extra_files={CHECKPOINT_META: json.dumps(policy_meta(cfg, codec, version), indent=2)})
+
+
+def policy_meta(cfg: Config, codec: TaskCodec, version: int) -> dict[str, Any]:
+    """rlsvc.json beside a saved policy's weights: how `rlsvc.eval` and the MLflow model prompt it."""
+    return {
         "allowed_token_ids": codec.allowed_token_ids,
         "prompt": codec.prompt_format,
         "system_prompt": getattr(codec.task, "system", None) if codec.task.chat else None,
@@ -76,7 +81,6 @@ def save_final(cfg: Config, model: ModelSpec, state: dict, version: int, codec: 
         "max_tokens": cfg.rollout.max_tokens,
         "max_prompt_tokens": cfg.model.seq_len - cfg.rollout.max_tokens,
     }
-    return model.save(folder, state, extra_files={CHECKPOINT_META: json.dumps(meta, indent=2)})
 
 
 def validate(cfg: Config, loop: GRPOLoop) -> float:
@@ -127,6 +131,8 @@ def train(
                 "config_hash": config_hash(cfg),
             },
             cfg.run.keep_checkpoints,
+            model,
+            {CHECKPOINT_META: json.dumps(policy_meta(cfg, loop.codec, loop.version), indent=2)},
         )
         tracker.log_metrics({"time/checkpoint_s": time.perf_counter() - t0}, step=done)
 

@@ -97,9 +97,12 @@ def score(rewards: RewardClient, episodes: list[Episode]) -> tuple[list[Episode]
     return kept, dropped, errors
 
 
-def warm_start_batches(codec: TaskCodec, seed: int, steps: int, batch_size: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def warm_start_batches(
+    codec: TaskCodec, seed: int, steps: int, batch_size: int, on_prompts: bool = False
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The format warm start's data: (input_ids, loss_mask) batches of the task's (observation,
-    answer) examples, the loss on the answer's tokens only; rows are right-padded."""
+    answer) examples, the loss on the answer's tokens (and with `on_prompts` on the prompt's
+    too: next-token prediction of the observation text); rows are right-padded."""
     rng = random.Random(seed)
     for _ in range(steps):
         examples = codec.task.warm_start_examples(rng, batch_size) or []
@@ -109,7 +112,7 @@ def warm_start_batches(codec: TaskCodec, seed: int, steps: int, batch_size: int)
         mask = torch.zeros((len(rows), width), dtype=torch.float32)
         for i, (prompt, answer) in enumerate(rows):
             input_ids[i, : len(prompt) + len(answer)] = torch.tensor(prompt + answer)
-            mask[i, len(prompt) : len(prompt) + len(answer)] = 1.0
+            mask[i, 1 if on_prompts else len(prompt) : len(prompt) + len(answer)] = 1.0
         yield input_ids, mask
 
 
@@ -166,7 +169,8 @@ class GRPOLoop:
     def warm_start(self, steps: int, batch_size: int = 256) -> float:
         """Teach the answer format only, on the task's warm-start examples."""
         loss = float("nan")
-        for input_ids, mask in warm_start_batches(self.codec, self.cfg.run.seed, steps, batch_size):
+        on_prompts = self.cfg.model.warm_start_on_prompts
+        for input_ids, mask in warm_start_batches(self.codec, self.cfg.run.seed, steps, batch_size, on_prompts):
             loss = self.svc.trainer_group.sft_step(input_ids, mask)
         return loss
 

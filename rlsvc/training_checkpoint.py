@@ -26,8 +26,20 @@ class Best:
     state: dict
 
 
-def save(run_dir: Path, step: int, loop: Any, best: Best | None, extra_state: dict, keep: int) -> Path:
-    """Checkpoint after `step` steps (atomic: see `write_checkpoint`)."""
+def save(
+    run_dir: Path,
+    step: int,
+    loop: Any,
+    best: Best | None,
+    extra_state: dict,
+    keep: int,
+    model: Any = None,
+    policy_files: dict[str, str] | None = None,
+) -> Path:
+    """Checkpoint after `step` steps (atomic: see `write_checkpoint`). With `model` (its
+    rlsvc.models.spec), the current policy is also a Hugging Face folder, `policy/`, which
+    `transformers` and vLLM load as is (resuming reads the sharded trainer state instead), with
+    `policy_files` (name -> text) beside its weights."""
     from safetensors.torch import save_file
 
     svc = loop.svc
@@ -39,6 +51,8 @@ def save(run_dir: Path, step: int, loop: Any, best: Best | None, extra_state: di
             save_file(reference.hf_state_dict(), str(folder / "reference.safetensors"))
         if best is not None:
             save_file(best.state, str(folder / "best.safetensors"))
+        if model is not None:
+            model.save(folder / "policy", svc.trainer_group.hf_state_dict(), policy_files)
         snap = svc.buffer_client.snapshot()
         snap["items"] = [dataclasses.asdict(ep) for ep in snap["items"]]  # JSON, not pickle: loading runs no code
         (folder / "buffer.json").write_text(json.dumps(snap))

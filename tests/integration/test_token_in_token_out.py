@@ -70,21 +70,23 @@ def model(tmp_path_factory):
     engine.close()
 
 
-def check_episodes(episodes, recording, trainer, codec) -> int:
-    """The assertions of the module docstring; returns how many turns were checked."""
+def check_episodes(episodes, recording, trainer, codec) -> tuple[int, float]:
+    """The assertions of the module docstring; returns how many turns were checked and the
+    largest |trainer - vLLM| logprob difference."""
     from rlsvc.models.tokenizer import PAD_ID
     from rlsvc.trainer.batch import build_batch
 
-    served = {tuple(p): out for p, out in recording.calls}
-    turns = 0
+    served: dict[tuple, list] = {}  # a group's episodes share their first prompt: several answers each
+    for p, out in recording.calls:
+        served.setdefault(tuple(p), []).append((list(out["token_ids"]), list(out["logprobs"])))
+    turns, worst = 0, 0.0
     for ep in episodes:
         sequence: list[int] = []
         for t, (added, response, lps) in enumerate(zip(ep.prompts, ep.responses, ep.logprobs)):
             if t > 0:  # the reply closes an answer cut at max_tokens with the end-of-turn token itself
                 assert (sequence[-1] == codec.end_of_turn[0]) != (added[:1] == codec.end_of_turn)
             prompt = sequence + added
-            out = served[tuple(prompt)]  # vLLM got exactly this prompt, as token ids
-            assert list(out["token_ids"]) == response and list(out["logprobs"]) == lps
+            assert (response, lps) in served[tuple(prompt)]  # vLLM got exactly this prompt, as token ids, and sampled this
             sequence = prompt + response
             turns += 1
         assert len(sequence) <= MAX_SEQ_LEN
@@ -96,7 +98,8 @@ def check_episodes(episodes, recording, trainer, codec) -> int:
         trainer_lp = trainer.logprobs(batch["input_ids"])[0][mask]
         vllm_lp = batch["old_logprobs"][0][mask]
         assert torch.allclose(trainer_lp, vllm_lp, atol=2e-4), (trainer_lp - vllm_lp).abs().max()
-    return turns
+        worst = max(worst, float((trainer_lp - vllm_lp).abs().max()))
+    return turns, worst
 
 
 def test_blackjack_multi_turn_episodes_are_scored_on_exactly_the_sampled_tokens(model):
@@ -119,8 +122,8 @@ def test_blackjack_multi_turn_episodes_are_scored_on_exactly_the_sampled_tokens(
     multi = [ep for ep in episodes if len(ep.responses) >= 2]
     assert len(multi) >= 5, [ep.outcome for ep in episodes]  # several hands went on after a hit
     assert sum(ep.outcome in ("win", "loss", "push") for ep in episodes) >= len(episodes) // 2
-    turns = check_episodes(episodes, recording, trainer, codec)
-    print(f"\n[tito] blackjack: {len(episodes)} episodes, {len(multi)} multi-turn, {turns} turns checked")
+    turns, worst = check_episodes(episodes, recording, trainer, codec)
+    print(f"\n[tito] blackjack: {len(episodes)} episodes, {len(multi)} multi-turn, {turns} turns checked, max |dlogprob| {worst:.2e}")
 
     # too little room: an episode is cut before a turn that could not be answered, and counted
     short = TaskCodec(BlackjackTask(chat=True), tokenizer, 95)
@@ -147,5 +150,5 @@ def test_code_multi_turn_episodes_are_scored_on_exactly_the_sampled_tokens(model
         episodes = runner.collect([(g, 11 + g) for g in range(4)], 2, version=0, sample_seed=7)
     multi = [ep for ep in episodes if len(ep.responses) >= 2]
     assert len(multi) >= 4, [(ep.outcome, len(ep.responses)) for ep in episodes]
-    turns = check_episodes(episodes, recording, trainer, codec)
-    print(f"\n[tito] code: {len(episodes)} episodes, {len(multi)} multi-turn, {turns} turns checked")
+    turns, worst = check_episodes(episodes, recording, trainer, codec)
+    print(f"\n[tito] code: {len(episodes)} episodes, {len(multi)} multi-turn, {turns} turns checked, max |dlogprob| {worst:.2e}")

@@ -2,9 +2,9 @@
 rollout workers. After each push both engines serve exactly the trainer's weights: the digest of
 what each engine loaded equals the trainer's (checked inside finish_update), both engines'
 live-parameter fingerprints agree, and their logprobs match the trainer's. For the model built
-from scratch and for a pretrained Hugging Face folder of each family (Qwen3 with tied
-embeddings, Llama 3 with q/k permuted between layouts, Qwen2 with q/k/v biases), which vLLM
-serves as is while the trainers publish `to_hf` names."""
+from scratch and for pretrained Hugging Face folders (Qwen3 with tied
+embeddings, Llama 3 with q/k permuted between layouts), which vLLM serves as is while the
+trainers publish `to_hf` names."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ pytestmark = pytest.mark.integration
 _versions = itertools.count(0)
 
 
-@pytest.fixture(scope="module", params=["scratch", "qwen3", "llama", "qwen2"])
+# Qwen2's q/k/v biases are plain tensors by name to every transport; its job's syncs are checked
+# end to end in tests/e2e/test_hf_jobs.py (hash-verified, logprobs matched)
+@pytest.fixture(scope="module", params=["scratch", "qwen3", "llama"])
 def fleet(ray_cluster, tmp_path_factory, request):
     import ray
 

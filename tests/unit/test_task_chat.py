@@ -206,4 +206,4 @@ def test_load_policy_refuses_other_tasks_and_formats(chat_checkpoint, tmp_path):
         (folder / "rlsvc.json").write_text(json.dumps(meta))
         with pytest.raises(CheckpointError, match=message):
             _chat_format(folder)
-    assert _chat_format(chat_checkpoint) and not _chat_format(tmp_path)  # no rlsvc.json: words
+    assert _chat_format(chat_checkpoint)[0] and not _chat_format(tmp_path)[0]  # no rlsvc.json: words
