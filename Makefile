@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install crds run test test-fast lint format bench bench-sync bench-env bench-sandbox clean
+.PHONY: install crds run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ lint: install
 format: install
 	$(BIN)/ruff format $(LINTED)
 	$(BIN)/ruff check --fix $(LINTED)
+
+# learning through the pretrained-model path: configs/blackjack_hf_tiny.yaml must reach a final
+# greedy return >= -0.08 within 20 minutes; writes benchmarks/results/validate_blackjack_hf_tiny.json
+validate-hf: install
+	$(BIN)/python scripts/validate_hf.py $(ARGS)
 
 # the whole suite (rollout vs HF generate, weight sync, step anatomy, vs TRL, scaling): writes
 # benchmarks/results/latest.{json,md}; about 25 minutes here (benchmarks/__main__.py)

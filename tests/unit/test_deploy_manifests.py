@@ -19,7 +19,7 @@ from conftest import load_script
 
 from rlsvc.cluster.placement import GPU_GROUP_ROLES, group_demand, pack, planned
 from rlsvc.cluster.shapes import launcher_groups, nodes, parse_resources_param, raycluster_groups, render_kustomize
-from rlsvc.config import load_config
+from rlsvc.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -176,31 +176,36 @@ def test_the_validator_rejects_broken_rayjobs_and_core_objects(rendered, crd_val
         validate(deployment, crd_validators)
 
 
-@pytest.mark.parametrize("name", OVERLAYS)
-def test_node_groups_match_the_placement_of_the_jobs_config(name, rendered):
-    """The RayJob's config, planned: each role's actors fit on the nodes of its group, the
-    groups advertise exactly the resources the plan asks for, and the GPU group has exactly the
-    GPUs the config's actors use."""
-    docs = rendered[name]
-    cluster, job = one(docs, "RayCluster"), one(docs, "RayJob")
-    cfg = job_config(job)
+def assert_fits_node_groups(cfg: Config, cluster: dict) -> dict[str, float]:
+    """The config, planned, on a RayCluster's node groups: each role's actors fit on the nodes
+    of its group and the groups advertise exactly the labels the plan asks for. Returns the
+    GPU group's totals ({"CPU": ..., "GPU": ...}) for the caller to compare with the plan's
+    demand. Also used for the GPU configs the overlay does not run (tests/unit/test_gpu_configs.py)."""
     groups = {g.name: g for g in raycluster_groups(cluster)}
     assert set(groups) == {"head", GPU_GROUP, CPU_GROUP}
     assert groups["head"].resources == {"CPU": 0.0}, "the head must run no actors"
     assert groups[GPU_GROUP].custom == {cfg.cluster.gpu_node_resource: 1.0}
     assert groups[CPU_GROUP].custom == {cfg.cluster.cpu_node_resource: 1.0}
 
-    placement = planned(cfg)
     node_list = nodes(list(groups.values()))
-    where = pack(placement, [res for _, res in node_list])
+    where = pack(planned(cfg), [res for _, res in node_list])
     for actor, [n] in where.items():
         role = actor.split("-")[1]
         assert node_list[n][0] == (GPU_GROUP if role in GPU_GROUP_ROLES else CPU_GROUP), actor
-
-    demand = group_demand(placement)
     gpu_nodes = [res for g, res in node_list if g == GPU_GROUP]
-    assert sum(r.get("GPU", 0) for r in gpu_nodes) == demand["gpu"][1]
-    assert sum(r.get("CPU", 0) for r in gpu_nodes) >= demand["gpu"][0]
+    return {"CPU": sum(r.get("CPU", 0) for r in gpu_nodes), "GPU": sum(r.get("GPU", 0) for r in gpu_nodes)}
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_node_groups_match_the_placement_of_the_jobs_config(name, rendered):
+    """The RayJob's config, planned: each role's actors fit on the nodes of its group, the
+    groups advertise exactly the resources the plan asks for, and the GPU group has exactly the
+    GPUs the config's actors use."""
+    docs = rendered[name]
+    cfg = job_config(one(docs, "RayJob"))
+    gpu_group = assert_fits_node_groups(cfg, one(docs, "RayCluster"))
+    cpus, gpus = group_demand(planned(cfg))["gpu"]
+    assert gpu_group["GPU"] == gpus and gpu_group["CPU"] >= cpus
 
 
 @pytest.mark.parametrize("name", OVERLAYS)

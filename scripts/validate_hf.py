@@ -1,0 +1,88 @@
+"""Learning through the pretrained-model path: run configs/blackjack_hf_tiny.yaml and check that
+its final greedy evaluation (20,000 held-out deals) reaches the target within the wall-time
+limit; write the result and the validation curve to benchmarks/results/validate_blackjack_hf_tiny.json.
+
+    python scripts/validate_hf.py                      # run the job (about 20 minutes here)
+    python scripts/validate_hf.py --from-run RUN_DIR   # read a finished run of the same config
+
+Exit status 0 when both hold, 1 when either misses (the file is written either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = "configs/blackjack_hf_tiny.yaml"
+OUT = REPO / "benchmarks" / "results" / "validate_blackjack_hf_tiny.json"
+TARGET_RETURN = -0.08
+LIMIT_MINUTES = 20.0
+
+
+def run_job(output_dir: Path) -> Path:
+    """The config's job as a user runs it; returns its run folder."""
+    cmd = [sys.executable, "-m", "rlsvc.train", "--config", CONFIG, f"run.output_dir={output_dir}"]
+    subprocess.run(cmd, cwd=REPO, check=True)
+    [run_dir] = [p for p in output_dir.iterdir() if p.is_dir() and p.name.startswith("blackjack_hf_tiny-")]
+    return run_dir
+
+
+def history(result: dict, key: str) -> list[list[float]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(result["tracking_uri"])
+    return [[m.step, round(m.value, 4)] for m in sorted(client.get_metric_history(result["mlflow_run_id"], key), key=lambda m: m.step)]
+
+
+def summarise(run_dir: Path) -> dict:
+    result = json.loads((run_dir / "result.json").read_text())
+    final = result["eval"]["mean_return"]
+    minutes = result["total_s"] / 60
+    return {
+        "config": CONFIG,
+        "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{__import__('os').cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}",
+        "command": "make validate-hf",
+        "rows": [
+            {"what": "final greedy return, 20,000 held-out deals", "measured": round(final, 4), "target": f">= {TARGET_RETURN}"},
+            {
+                "what": "wall time (start-up, training, evaluation)",
+                "measured": f"{minutes:.1f} min",
+                "target": f"<= {LIMIT_MINUTES:.0f} min",
+            },
+            {"what": "GRPO steps", "measured": result["steps"], "target": ""},
+            {"what": "best validation return (its step's policy is the one saved)", "measured": result["best_val_return"], "target": ""},
+            {"what": "start-up (cluster, model load, warm start)", "measured": f"{result['startup_s']:.0f} s", "target": ""},
+        ],
+        "met": bool(final >= TARGET_RETURN and minutes <= LIMIT_MINUTES),
+        "validation_curve": history(result, "eval/val_return"),
+        "invalid_rate": history(result, "invalid_rate")[::10],
+        "return_mean": history(result, "return_mean")[::10],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--from-run", type=Path, help="a finished run folder of the same config")
+    args = p.parse_args(argv)
+    if args.from_run:
+        run_dir = args.from_run
+    else:
+        run_dir = run_job(Path(tempfile.mkdtemp(prefix="rlsvc-validate-")))
+    summary = summarise(run_dir)
+    OUT.write_text(json.dumps(summary, indent=2) + "\n")
+    for row in summary["rows"]:
+        print(f"{row['what']}: {row['measured']} {row['target']}")
+    print(f"met: {summary['met']}  ({OUT.relative_to(REPO)})")
+    return 0 if summary["met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
