@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -52,9 +53,15 @@ def to_hf_state_dict(
     copy=False) leaves permuted q/k weights as 4-D views of the parameters (see `hf_shape`), for
     a transport that writes them to their destination in one strided copy.
     """
-    adapter = _adapter(cfg)
-    if lazy_permute:
-        adapter._permute = _permuted_view  # type: ignore[method-assign]
+    return adapter_to_hf(_adapter(cfg), titan_sd, copy, lazy_permute)
+
+
+def adapter_to_hf(adapter: Any, titan_sd: dict[str, torch.Tensor], copy: bool, lazy_permute: bool) -> dict[str, torch.Tensor]:
+    """`adapter.to_hf` with `to_hf_state_dict`'s copy and lazy-permute semantics, for any
+    TorchTitan state-dict adapter (a fresh one: `lazy_permute` patches it). Only adapters that
+    permute q/k (Llama's) have anything to leave lazy."""
+    if lazy_permute and hasattr(adapter, "_permute"):
+        adapter._permute = _permuted_view
     hf_sd = adapter.to_hf(dict(titan_sd))
     if not copy:
         return {k: v.detach() if v.dim() == 4 else v.detach().contiguous() for k, v in hf_sd.items()}

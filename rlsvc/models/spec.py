@@ -15,6 +15,7 @@ import torch only inside their methods.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from collections.abc import Callable
@@ -84,15 +85,12 @@ class PretrainedModel:
         return self.seq_len
 
     def hf_config(self) -> dict[str, Any]:
-        from rlsvc.models.hf_titan import read_hf_config
-
-        return read_hf_config(self.path)
+        return self._titan()[0]
 
     def _titan(self) -> tuple[dict[str, Any], Any]:
-        from rlsvc.models.hf_titan import titan_config
-
-        hf = self.hf_config()
-        return hf, titan_config(hf, self.seq_len)
+        """(config.json, TorchTitan model config), read once per process: every weight sync
+        converts names through an adapter built from them."""
+        return _titan_config(self.path, self.seq_len)
 
     def adapter(self) -> Any:
         from rlsvc.models.hf_titan import state_dict_adapter
@@ -108,7 +106,7 @@ class PretrainedModel:
 
         from rlsvc.models.hf_titan import load_hf_checkpoint
 
-        hf, cfg = self._titan()
+        _, cfg = self._titan()
         with torch.device("meta"):
             model = cfg.build()
         if shard is not None:
@@ -118,25 +116,15 @@ class PretrainedModel:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             torch.manual_seed(seed)
             model.init_states(buffer_device=device)  # RoPE caches; the weights are replaced next
-        from rlsvc.models.hf_titan import state_dict_adapter
-
-        load_hf_checkpoint(model, state_dict_adapter(hf, cfg), self.path)
+        load_hf_checkpoint(model, self.adapter(), self.path)
         return model
 
     def to_hf(self, titan_sd: dict[str, torch.Tensor], copy: bool = True, lazy_permute: bool = False) -> dict[str, torch.Tensor]:
         """TorchTitan names -> the checkpoint's names. `copy`, `lazy_permute`: as
         `rlsvc.models.hf_export.to_hf_state_dict` (only Llama permutes q/k)."""
-        import torch
+        from rlsvc.models.hf_export import adapter_to_hf
 
-        adapter = self.adapter()
-        if lazy_permute and hasattr(adapter, "_permute"):
-            from rlsvc.models.hf_export import _permuted_view
-
-            adapter._permute = _permuted_view
-        hf_sd = adapter.to_hf(dict(titan_sd))
-        if not copy:
-            return {k: v.detach() if v.dim() == 4 else v.detach().contiguous() for k, v in hf_sd.items()}
-        return {k: v.detach().to("cpu", torch.float32, copy=True).contiguous() for k, v in hf_sd.items()}
+        return adapter_to_hf(self.adapter(), titan_sd, copy, lazy_permute)
 
     def from_hf(self, hf_sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         sd = {k: v for k, v in hf_sd.items() if not k.endswith("rotary_emb.inv_freq")}
@@ -166,6 +154,14 @@ class PretrainedModel:
     def initial_folder(self, workdir: Path, seed: int) -> Path:
         """The checkpoint itself: vLLM serves the same folder the trainer loaded."""
         return Path(self.path)
+
+
+@functools.lru_cache(maxsize=8)
+def _titan_config(path: str, seq_len: int) -> tuple[dict[str, Any], Any]:
+    from rlsvc.models.hf_titan import read_hf_config, titan_config
+
+    hf = read_hf_config(path)
+    return hf, titan_config(hf, seq_len)
 
 
 ModelSpec = ScratchModel | PretrainedModel
