@@ -114,6 +114,12 @@ class ModelConfig(Strict):
     with `huggingface_hub` where a network exists); or `tiny:FAMILY` (qwen3, llama, qwen2): a
     small random model of that family with a trained byte-level BPE chat tokenizer, written once
     by `rlsvc.models.make_tiny_hf` under `run.output_dir/tiny-hf/` (CPU tests and demos)."""
+    tiny_init_std: float | None = Field(None, gt=0)
+    """With path `tiny:FAMILY`: the std of the tiny model's random weights (its config's
+    `initializer_range`); None: the family's own 0.02. Other paths ignore it (a real checkpoint
+    has its weights). A random model that must learn to read a
+    chat prompt from the warm start and GRPO alone does it far sooner at 0.1: its answer's
+    logits then depend on the prompt from the start (docs/models.md)."""
     max_seq_len: int = Field(512, gt=0)
     """With source=hf: the longest sequence (all of an episode's turns, prompts and answers)
     the trainer and vLLM take; an episode that would grow past it is cut and counted

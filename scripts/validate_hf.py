@@ -41,6 +41,27 @@ def history(result: dict, key: str) -> list[list[float]]:
     return [[m.step, round(m.value, 4)] for m in sorted(client.get_metric_history(result["mlflow_run_id"], key), key=lambda m: m.step)]
 
 
+def curve(result: dict) -> list[dict]:
+    """At every validation: the greedy return on the validation deals, and the sampled policy's
+    training return and invalid-answer rate over the 10 steps up to it."""
+    val = history(result, "eval/val_return")
+    ret, inv = dict(history(result, "return_mean")), dict(history(result, "invalid_rate"))
+
+    def mean(values: dict, step: int) -> float:
+        window = [values[s] for s in range(step - 9, step + 1) if s in values]
+        return round(sum(window) / len(window), 4) if window else float("nan")
+
+    return [
+        {
+            "step": int(step),
+            "greedy validation return": value,
+            "training return (mean of 10 steps)": mean(ret, step),
+            "invalid answers (mean of 10 steps)": mean(inv, step),
+        }
+        for step, value in val
+    ]
+
+
 def summarise(run_dir: Path) -> dict:
     result = json.loads((run_dir / "result.json").read_text())
     final = result["eval"]["mean_return"]
@@ -62,9 +83,7 @@ def summarise(run_dir: Path) -> dict:
             {"what": "start-up (cluster, model load, warm start)", "measured": f"{result['startup_s']:.0f} s", "target": ""},
         ],
         "met": bool(final >= TARGET_RETURN and minutes <= LIMIT_MINUTES),
-        "validation_curve": history(result, "eval/val_return"),
-        "invalid_rate": history(result, "invalid_rate")[::10],
-        "return_mean": history(result, "return_mean")[::10],
+        "curve": curve(result),
     }
 
 

@@ -21,17 +21,19 @@ TINY_PREFIX = "tiny:"
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def local_folder(path: str, output_dir: str, seed: int) -> Path:
-    """The folder `model.path` names, made or fetched if it is `tiny:FAMILY` or a hub id."""
+def local_folder(path: str, output_dir: str, seed: int, tiny_init_std: float | None = None) -> Path:
+    """The folder `model.path` names, made or fetched if it is `tiny:FAMILY` or a hub id
+    (`tiny_init_std`: the tiny model's weight std, its family's default when None)."""
     if path.startswith(TINY_PREFIX):
         from rlsvc.models.make_tiny_hf import FAMILIES, make_tiny_hf
 
         family = path[len(TINY_PREFIX) :]
         if family not in FAMILIES:
             raise HFModelError(f"model.path: {path}: unknown tiny family (supported: {', '.join(FAMILIES)})")
-        folder = Path(output_dir) / "tiny-hf" / f"{family}-seed{seed}"
+        std = "" if tiny_init_std is None else f"-std{tiny_init_std:g}"
+        folder = Path(output_dir) / "tiny-hf" / f"{family}-seed{seed}{std}"
         if not (folder / "config.json").is_file():
-            make_tiny_hf(family, folder, seed=seed)  # atomic: a complete folder or none
+            make_tiny_hf(family, folder, seed=seed, init_std=tiny_init_std)  # atomic: a complete folder or none
         return folder
     folder = Path(path).expanduser()
     if folder.is_dir() or not _HUB_ID.match(path):
@@ -80,6 +82,6 @@ def check(folder: Path, max_seq_len: int, chat: bool) -> tuple[dict[str, Any], A
 
 def prepare(model_cfg: Any, output_dir: str, seed: int, chat: bool) -> tuple[PretrainedModel, Any]:
     """The pretrained model's spec and its tokenizer, checked."""
-    folder = local_folder(str(model_cfg.path), output_dir, seed)
+    folder = local_folder(str(model_cfg.path), output_dir, seed, model_cfg.tiny_init_std)
     _, tokenizer = check(folder, model_cfg.max_seq_len, chat)
     return PretrainedModel(str(folder.resolve()), model_cfg.max_seq_len), tokenizer

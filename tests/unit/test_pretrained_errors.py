@@ -93,3 +93,20 @@ def test_a_hub_id_that_cannot_be_downloaded(capsys, tmp_path, monkeypatch):
 def test_model_titan_with_a_pretrained_model(capsys, tmp_path, tiny):
     line = refused(capsys, tmp_path, str(tiny), "model.titan.dim=256")
     assert "model.titan" in line
+
+
+def test_tiny_init_std_writes_its_own_folder(tmp_path):
+    """`model.tiny_init_std` makes a tiny model of that weight std, in a folder of its own (the
+    family-default one beside it is never reused for it), and the weights have that std."""
+    from safetensors.torch import load_file
+
+    from rlsvc.models.pretrained import local_folder
+
+    folder = local_folder("tiny:qwen3", str(tmp_path), 0, 0.1)
+    assert folder.name == "qwen3-seed0-std0.1"
+    assert json.loads((folder / "config.json").read_text())["initializer_range"] == 0.1
+    [weights] = folder.glob("*.safetensors")
+    std = load_file(str(weights))["model.layers.0.mlp.up_proj.weight"].std().item()
+    assert 0.09 < std < 0.11, std
+    assert local_folder("tiny:qwen3", str(tmp_path), 0, 0.1) == folder  # written once, then reused
+    assert local_folder("tiny:qwen3", str(tmp_path), 0).name == "qwen3-seed0"
