@@ -1,7 +1,9 @@
 """`python -m rlsvc.compare --experiment NAME`: the runs of an MLflow experiment side by side.
 
 Prints a table (run, status, the config values that differ between the runs, final train return,
-final evaluation, wall time) and writes a PNG of return against step and against wall time.
+final evaluation, wall time) and writes a PNG of return against step and against wall time:
+the greedy validation return, the training return smoothed and raw, and the task's reference
+policies (BlackJack: optimal, stick-at-17, always-stand) on the same validation deals.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ def load_runs(client: Any, experiment_id: str, max_runs: int) -> list[dict]:
     for run in client.search_runs([experiment_id], order_by=["attributes.start_time ASC"], max_results=max_runs):
         history = sorted(client.get_metric_history(run.info.run_id, "return_mean"), key=lambda m: m.step)
         wall = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "time/since_start_s")}
+        val = sorted(client.get_metric_history(run.info.run_id, "eval/val_return"), key=lambda m: m.step)
         runs.append(
             {
                 "run_id": run.info.run_id,
@@ -27,9 +30,40 @@ def load_runs(client: Any, experiment_id: str, max_runs: int) -> list[dict]:
                 "steps": [m.step for m in history],
                 "returns": [m.value for m in history],
                 "wall_s": [wall.get(m.step, float("nan")) for m in history],
+                "val_steps": [m.step for m in val],
+                "val_returns": [m.value for m in val],
             }
         )
     return runs
+
+
+def reference_lines(runs: list[dict]) -> dict[str, float]:
+    """The task's reference returns on the validation deals (`Task.reference_returns`), when
+    every run has the same task settings and validation deals (read from the runs' params);
+    else none. A plot without them is still a plot: a task that cannot be rebuilt from the
+    params gives none."""
+    from types import SimpleNamespace
+
+    import yaml
+
+    from rlsvc.tasks.registry import load_task
+
+    def value(text: str) -> object:
+        return None if text == "None" else yaml.safe_load(text)
+
+    settings = {tuple(sorted((k, v) for k, v in r["params"].items() if k.startswith(("env.", "eval.val_")))) for r in runs}
+    if len(settings) != 1:
+        return {}
+    params = {k: value(v) for k, v in settings.pop()}
+    episodes, seed = params.get("eval.val_episodes"), params.get("eval.val_seed")
+    if not isinstance(episodes, int) or not isinstance(seed, int) or episodes <= 0:
+        return {}
+    env = SimpleNamespace(**{k[len("env.") :]: v for k, v in params.items() if k.startswith("env.") and "." not in k[len("env.") :]})
+    try:
+        task = load_task(env)
+    except Exception:  # e.g. a third-party task not installed here
+        return {}
+    return task.reference_returns(episodes, seed) or {}
 
 
 def differing_params(runs: list[dict]) -> list[str]:
@@ -101,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         extra = ", ".join(f"{k}={r['params'].get(k)}" for k in telling)
         return f"{r['name']} ({r['run_id'][:6]})" + (f" {extra}" if extra else "")
 
-    compare_curves([{**r, "label": label(r)} for r in runs if r["steps"]], out, f"{args.experiment}: mean return")
+    references = reference_lines(runs)
+    compare_curves([{**r, "label": label(r)} for r in runs if r["steps"]], out, f"{args.experiment}: mean return", references)
     print(f"plot: {out}")
     return 0
 

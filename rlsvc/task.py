@@ -135,6 +135,12 @@ class Task(ABC):
         (`eval.episodes`). None: the task has no such evaluation (then `eval.episodes` must be 0)."""
         return None
 
+    def reference_returns(self, episodes: int, seed: int) -> dict[str, float] | None:
+        """Mean returns of the task's reference policies on `episodes` deals of `seed` (the
+        same deals `validate` plays), by name: the lines a learning curve is read against
+        (`rlsvc.compare`). None: the task has none."""
+        return None
+
     # -- what the job checks before any actor starts -------------------------------------------
 
     def has(self, hook: str) -> bool:

@@ -169,6 +169,48 @@ def stick_at(threshold: int) -> Policy:
     return lambda view: "hit" if view.player_sum < threshold else "stand"
 
 
+def optimal_policy() -> Policy:
+    """The policy of highest expected return under these rules, by dynamic programming over the
+    infinite deck: stand when the player's total beats the dealer's final-total distribution at
+    least as well as hitting does. (A state's future depends only on the observed total and
+    whether an ace is usable: an ace that is not usable can never become usable.)"""
+    card_p = {c: DECK.count(c) / len(DECK) for c in set(DECK)}
+    table = {}
+
+    def total(hard: int, ace: bool) -> int:
+        return hard + 10 if ace and hard + 10 <= 21 else hard
+
+    def dealer_finals(hard: int, ace: bool) -> dict[int, float]:
+        """Distribution of the dealer's final total (22 = bust) from a hand of this hard total."""
+        if total(hard, ace) >= DEALER_STANDS_AT:
+            return {min(total(hard, ace), 22): 1.0}
+        out: dict[int, float] = {}
+        for c, p in card_p.items():
+            for t, q in dealer_finals(hard + c, ace or c == 1).items():
+                out[t] = out.get(t, 0.0) + p * q
+        return out
+
+    finals = {d: dealer_finals(d, d == 1) for d in range(1, 11)}  # the up card, then the hole card onwards
+
+    def stand(player: int, d: int) -> float:
+        return sum(q * ((player > t or t == 22) - (player < t and t != 22)) for t, q in finals[d].items())
+
+    def value(hard: int, ace: bool, d: int) -> float:
+        if hard > 21:
+            return -1.0
+        key = (total(hard, ace), d, ace and hard + 10 <= 21)
+        if key not in table:
+            hit = sum(p * value(hard + c, ace or c == 1, d) for c, p in card_p.items())
+            table[key] = ("hit", hit) if hit > stand(key[0], d) else ("stand", stand(key[0], d))
+        return table[key][1]
+
+    for d in range(1, 11):
+        for hard in range(2, 22):
+            value(hard, False, d)
+            value(hard, True, d)
+    return lambda view: table[(view.player_sum, view.dealer_card, bool(view.usable_ace))][0]
+
+
 def uniform_random_policy(seed: int | None = None) -> Policy:
     """Hit or stand with probability 1/2 each, from its own generator (not the deck's)."""
     rng = random.Random(seed)

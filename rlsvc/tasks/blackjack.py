@@ -96,6 +96,19 @@ class BlackjackTask(Task):
         table = {tuple(s): self.parse(answers[i]) for s, i in zip(states, picks)}
         return evaluate(TablePolicy(table), episodes, seed, then_stick_at=self.then_stick_at)["mean_return"]
 
+    def reference_returns(self, episodes: int, seed: int) -> dict[str, float]:
+        """The optimal policy, stick-at-17 and always-stand, each played as a table like `validate`."""
+        from rlsvc.envs.blackjack import optimal_policy, stick_at
+        from rlsvc.eval import TablePolicy, all_states, evaluate
+
+        policies = {"optimal": optimal_policy(), "stick at 17": stick_at(17), "always stand": lambda view: "stand"}
+        return {
+            name: evaluate(TablePolicy({tuple(s): policy(s) for s in all_states()}), episodes, seed, then_stick_at=self.then_stick_at)[
+                "mean_return"
+            ]
+            for name, policy in policies.items()
+        }
+
     def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float]:
         from rlsvc.eval import evaluate, load_policy
 

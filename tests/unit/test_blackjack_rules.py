@@ -146,3 +146,23 @@ def test_reference_returns(make_policy, expected: float) -> None:
     mean = sum(returns) / n
     std = math.sqrt(sum((r - mean) ** 2 for r in returns) / (n - 1))
     assert abs(mean - expected) < 3 * std / math.sqrt(n), (mean, expected)
+
+
+def test_optimal_policy_is_basic_strategy_and_beats_the_references() -> None:
+    """The dynamic-programming policy makes the textbook infinite-deck decisions (dealer stands on
+    soft 17, no doubling or splitting) and, on the same deals, beats stick-at-17, which beats
+    always-stand."""
+    from rlsvc.envs.blackjack import HandView, optimal_policy, stick_at
+    from rlsvc.eval import TablePolicy, all_states, evaluate
+
+    best = optimal_policy()
+    assert [best(HandView(s, 10, False)) for s in range(12, 18)] == ["hit"] * 5 + ["stand"]  # hit 12-16 against a 10
+    assert [best(HandView(s, 6, False)) for s in (12, 13, 16)] == ["stand"] * 3  # stand 12+ against a 6
+    assert best(HandView(12, 2, False)) == best(HandView(12, 3, False)) == "hit"
+    assert [best(HandView(s, 9, True)) for s in (17, 18, 19)] == ["hit", "hit", "stand"]  # soft 18 hits a 9
+    assert best(HandView(11, 10, False)) == "hit" and best(HandView(20, 10, False)) == "stand"
+
+    def score(policy) -> float:
+        return evaluate(TablePolicy({tuple(s): policy(s) for s in all_states()}), 5000, 3)["mean_return"]
+
+    assert score(best) > score(stick_at(17)) > score(lambda view: "stand")

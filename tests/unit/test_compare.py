@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from rlsvc.tracking.mlflow_tracker import MlflowTracker
 from rlsvc.tracking.plots import reward_curve
 
@@ -66,3 +68,45 @@ def test_plot_labels_prefer_algorithm_settings_over_where_and_how_long():
     diffs = ["eval.episodes", "grpo.kl_coef", "run.output_dir", "run.steps", "rollout.temperature", "tracking.tracking_uri"]
     assert telling_params(diffs) == ["grpo.kl_coef", "rollout.temperature"]
     assert telling_params(["eval.episodes", "run.output_dir"]) == ["eval.episodes"]
+
+
+def test_blackjack_reference_lines_come_with_the_comparison(tmp_path: Path):
+    """Runs of one BlackJack setting are plotted against the task's reference policies on their
+    validation deals, with their greedy validation return; runs of different settings get none."""
+    from mlflow.tracking import MlflowClient
+
+    from rlsvc.compare import load_runs, reference_lines
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    params = {"env.type": "blackjack", "env.then_stick_at": None, "env.chat": False, "eval.val_episodes": 3000, "eval.val_seed": 7}
+    for name in ("a", "b"):
+        t = MlflowTracker(uri, "ref-test", name)
+        t.log_params(params)
+        for i in range(1, 21):
+            t.log_metrics({"return_mean": -0.3 + 0.01 * i, "time/since_start_s": float(i)}, step=i)
+            if i % 10 == 0:
+                t.log_metrics({"eval/val_return": -0.2 + 0.005 * i}, step=i)
+        t.finish()
+    client = MlflowClient(uri)
+    runs = load_runs(client, client.get_experiment_by_name("ref-test").experiment_id, 10)
+    assert runs[0]["val_steps"] == [10, 20] and runs[0]["val_returns"] == pytest.approx([-0.15, -0.1])
+    refs = reference_lines(runs)
+    assert list(refs) == ["optimal", "stick at 17", "always stand"]
+    assert refs["optimal"] > refs["stick at 17"] > refs["always stand"], refs
+    out = tmp_path / "cmp.png"
+    res = subprocess.run(
+        [sys.executable, "-m", "rlsvc.compare", "--experiment", "ref-test", "--tracking-uri", uri, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0 and out.stat().st_size > 10_000, res.stderr
+    runs[1]["params"] = {**runs[1]["params"], "eval.val_seed": "8"}
+    assert reference_lines(runs) == {}  # different deals: no common reference
+
+
+def test_smoothed_is_a_trailing_mean():
+    from rlsvc.tracking.plots import smoothed
+
+    assert smoothed([1.0, 3.0, 5.0, 7.0], window=2) == [1.0, 2.0, 4.0, 6.0]
+    assert smoothed([]) == []
