@@ -131,9 +131,9 @@ class ModelConfig(Strict):
     for a pretrained model that already knows it (docs/design.md: without it GRPO collapses to 'stand')."""
     warm_start_on_prompts: bool = False
     """The warm start's loss also covers the prompts (next-token prediction of the observation
-    text, as pretraining would have taught; the answers stay random, so no strategy). A tiny
-    random model behind a long chat prompt needs it to read the observation at all: its answer
-    does not depend on the prompt otherwise (docs/models.md)."""
+    text, as pretraining would have taught; the answers stay random, so no strategy). On its own
+    it did not make a tiny random model behind a chat prompt read the observation; weights of
+    larger std did (`tiny_init_std`, docs/models.md)."""
 
     @model_validator(mode="after")
     def _check_source(self) -> ModelConfig:
