@@ -45,21 +45,21 @@ def history(result: dict, key: str) -> list[list[float]]:
 def curve(result: dict) -> list[dict]:
     """At every validation: the greedy return on the validation deals, and the sampled policy's
     training return and invalid-answer rate over the 10 steps up to it."""
-    val = history(result, "eval/val_return")
-    ret, inv = dict(history(result, "return_mean")), dict(history(result, "invalid_rate"))
+    from rlsvc.tracking.plots import smoothed
 
-    def mean(values: dict, step: int) -> float:
-        window = [values[s] for s in range(step - 9, step + 1) if s in values]
-        return round(sum(window) / len(window), 4) if window else float("nan")
+    def trailing_mean(key: str) -> dict[int, float]:  # per step (a job logs every step)
+        rows = history(result, key)
+        return {int(s): round(v, 4) for (s, _), v in zip(rows, smoothed([v for _, v in rows]))}
 
+    ret, inv = trailing_mean("return_mean"), trailing_mean("invalid_rate")
     return [
         {
             "step": int(step),
             "greedy validation return": value,
-            "training return (mean of 10 steps)": mean(ret, step),
-            "invalid answers (mean of 10 steps)": mean(inv, step),
+            "training return (mean of 10 steps)": ret.get(int(step), float("nan")),
+            "invalid answers (mean of 10 steps)": inv.get(int(step), float("nan")),
         }
-        for step, value in val
+        for step, value in history(result, "eval/val_return")
     ]
 
 

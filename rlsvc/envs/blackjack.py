@@ -175,7 +175,7 @@ def optimal_policy() -> Policy:
     least as well as hitting does. (A state's future depends only on the observed total and
     whether an ace is usable: an ace that is not usable can never become usable.)"""
     card_p = {c: DECK.count(c) / len(DECK) for c in set(DECK)}
-    table = {}
+    table: dict[tuple[int, int, bool], tuple[ActionName, float]] = {}
 
     def total(hard: int, ace: bool) -> int:
         return hard + 10 if ace and hard + 10 <= 21 else hard
@@ -200,8 +200,8 @@ def optimal_policy() -> Policy:
             return -1.0
         key = (total(hard, ace), d, ace and hard + 10 <= 21)
         if key not in table:
-            hit = sum(p * value(hard + c, ace or c == 1, d) for c, p in card_p.items())
-            table[key] = ("hit", hit) if hit > stand(key[0], d) else ("stand", stand(key[0], d))
+            hit, keep = sum(p * value(hard + c, ace or c == 1, d) for c, p in card_p.items()), stand(key[0], d)
+            table[key] = ("hit", hit) if hit > keep else ("stand", keep)
         return table[key][1]
 
     for d in range(1, 11):

@@ -23,24 +23,23 @@ def _log_run(uri: str, name: str, kl: float, returns: list[float]) -> str:
     return t.run_id
 
 
+def _compare(uri: str, experiment: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m rlsvc.compare` on `experiment` at `uri`, as a user runs it."""
+    cmd = [sys.executable, "-m", "rlsvc.compare", "--experiment", experiment, "--tracking-uri", uri, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
 def test_compare_prints_the_differences_and_writes_a_png(tmp_path: Path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     _log_run(uri, "kl-0.2", 0.2, [-0.3, -0.2, -0.1])
     _log_run(uri, "kl-0.0", 0.0, [-0.3, -0.25])
     out = tmp_path / "cmp.png"
-    res = subprocess.run(
-        [sys.executable, "-m", "rlsvc.compare", "--experiment", "cmp-test", "--tracking-uri", uri, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = _compare(uri, "cmp-test", "--out", str(out))
     assert res.returncode == 0, res.stderr
     assert "grpo.kl_coef" in res.stdout and "run.seed" not in res.stdout  # only what differs
     assert "-0.1000" in res.stdout and "-0.2500" in res.stdout and "kl-0.2" in res.stdout
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
-    bad = subprocess.run(
-        [sys.executable, "-m", "rlsvc.compare", "--experiment", "nope", "--tracking-uri", uri], capture_output=True, text=True, timeout=120
-    )
+    bad = _compare(uri, "nope")
     assert bad.returncode == 2 and "no experiment 'nope'" in bad.stderr and bad.stderr.count("\n") == 1
 
 
@@ -94,12 +93,7 @@ def test_blackjack_reference_lines_come_with_the_comparison(tmp_path: Path):
     assert list(refs) == ["optimal", "stick at 17", "always stand"]
     assert refs["optimal"] > refs["stick at 17"] > refs["always stand"], refs
     out = tmp_path / "cmp.png"
-    res = subprocess.run(
-        [sys.executable, "-m", "rlsvc.compare", "--experiment", "ref-test", "--tracking-uri", uri, "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    res = _compare(uri, "ref-test", "--out", str(out))
     assert res.returncode == 0 and out.stat().st_size > 10_000, res.stderr
     runs[1]["params"] = {**runs[1]["params"], "eval.val_seed": "8"}
     assert reference_lines(runs) == {}  # different deals: no common reference
