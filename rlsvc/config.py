@@ -232,9 +232,15 @@ class EnvBase(Strict):
     penalty, and where the environment runs."""
 
     num_actors: int = Field(1, ge=1)
-    """Env actors; each runs an OpenEnv server (or connects to `remote.url`) and holds WebSocket sessions to it."""
+    """Env actors; each holds `sessions_per_actor` sessions of the task's OpenEnv environment."""
     sessions_per_actor: int = Field(256, ge=1)
-    """Concurrent episodes (WebSocket sessions) per env actor."""
+    """Concurrent episodes (environment sessions) per env actor."""
+    transport: Literal["auto", "in_process", "websocket"] = "auto"
+    """How an env actor reaches its environment. `in_process`: the OpenEnv `Environment` objects
+    live in the actor and are called directly (rlsvc/envs/in_process.py); `websocket`: the actor
+    runs OpenEnv's server and holds a WebSocket session per slot (rlsvc/envs/openenv_pool.py);
+    `auto`: WebSocket for a remote server (`remote.url`, which always uses it), in-process
+    otherwise."""
     max_turns: int = Field(12, ge=1)
     """Decisions after which an unfinished episode is cut (BlackJack ends long before)."""
     invalid_action_penalty: float = -1.0

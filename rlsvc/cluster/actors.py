@@ -238,18 +238,25 @@ class TrainerWorker(_WeightSyncEndpoint):
 
 
 class EnvWorker:
-    """WebSocket sessions of the task's OpenEnv environment on a CPU node: to the OpenEnv server
-    this actor runs for the task, or to a remote one (`env.remote.url`)."""
+    """Sessions of the task's OpenEnv environment on a CPU node: `Environment` objects in this
+    process, or WebSocket sessions to the OpenEnv server this actor runs for the task or to a
+    remote one (`env.remote.url`); `env.transport` chooses."""
 
     def __init__(self, env: Any, num_sessions: int | None = None) -> None:
         """`env`: the config's env section (the task is built here from it)."""
+        from rlsvc.envs.in_process import InProcessPool
         from rlsvc.envs.openenv_pool import EnvPool
         from rlsvc.tasks.registry import load_task
 
         spec = load_task(env).env_spec()
         url = env.remote.url
-        remote = {"url": url, "connect_timeout_s": env.remote.connect_timeout_s} if url else {}
-        self.pool = EnvPool(num_sessions or env.sessions_per_actor, step_latency_s=env.step_latency_ms / 1000, spec=spec, **remote)
+        sessions, latency = num_sessions or env.sessions_per_actor, env.step_latency_ms / 1000
+        if url:
+            self.pool = EnvPool(sessions, step_latency_s=latency, spec=spec, url=url, connect_timeout_s=env.remote.connect_timeout_s)
+        elif env.transport == "websocket":
+            self.pool = EnvPool(sessions, step_latency_s=latency, spec=spec)
+        else:
+            self.pool = InProcessPool(sessions, step_latency_s=latency, spec=spec)
         # A restarted actor (Ray ran this constructor again) has fresh sessions: an episode begun
         # on the dead one cannot go on here (cluster/fleet.py counts it lost).
         self.restarted = ray.get_runtime_context().was_current_actor_reconstructed

@@ -292,7 +292,7 @@ class EnvPool:
         """Start a new episode in each session, from its seed. A session whose connection failed
         (now or in an earlier call) is reconnected, with backoff, for up to `connect_timeout_s`;
         one that cannot be comes back as a `LostObservation` instead of an error."""
-        self._check_batch(session_ids, seeds)
+        check_batch("EnvPool", self._closed, self.num_sessions, session_ids, seeds)
         deadline = time.monotonic() + self._connect_timeout_s
         timeout = self._connect_timeout_s + self._call_timeout_s
         calls = [self._reset_one(i, int(s), deadline) for i, s in zip(session_ids, seeds, strict=True)]
@@ -302,7 +302,7 @@ class EnvPool:
         """Apply one action in each session ("hit"/"stand"; (kind, content) for code). A session
         whose connection fails, or that does not answer within `call_timeout_s`, comes back as a
         `LostObservation`; the other sessions' results are unaffected."""
-        self._check_batch(session_ids, actions)
+        check_batch("EnvPool", self._closed, self.num_sessions, session_ids, actions)
         calls = [self._remote_step(i, a) for i, a in zip(session_ids, actions, strict=True)]
         return self._run(self._batch(session_ids, calls, self._call_timeout_s), self._call_timeout_s + 30.0)
 
@@ -457,18 +457,6 @@ class EnvPool:
         self._stats["env_lost"] += 1
         return LostObservation(error)
 
-    def _check_batch(self, session_ids: Sequence[int], values: Sequence[Any]) -> None:
-        if self._closed:
-            raise RuntimeError("EnvPool is closed")
-        if len(session_ids) != len(values):
-            raise ValueError(f"{len(session_ids)} session ids but {len(values)} values")
-        if len(set(session_ids)) != len(session_ids):
-            # Two messages in flight on one WebSocket would race for each other's replies.
-            raise ValueError("session ids in one call must be distinct")
-        bad = [i for i in session_ids if not 0 <= i < self.num_sessions]
-        if bad:
-            raise IndexError(f"session ids {bad} outside [0, {self.num_sessions})")
-
     def _run(self, coro: Coroutine[Any, Any, T], timeout: float) -> T:
         # The batched calls bound their own waits; this timeout is a backstop. If it fires, the
         # sessions' replies may be out of step: close the pool.
@@ -478,6 +466,20 @@ class EnvPool:
         except TimeoutError:
             future.cancel()
             raise
+
+
+def check_batch(pool: str, closed: bool, num_sessions: int, session_ids: Sequence[int], values: Sequence[Any]) -> None:
+    """The checks every pool's batched call makes before touching a session."""
+    if closed:
+        raise RuntimeError(f"{pool} is closed")
+    if len(session_ids) != len(values):
+        raise ValueError(f"{len(session_ids)} session ids but {len(values)} values")
+    if len(set(session_ids)) != len(session_ids):
+        # Two messages in flight on one WebSocket would race for each other's replies.
+        raise ValueError("session ids in one call must be distinct")
+    bad = [i for i in session_ids if not 0 <= i < num_sessions]
+    if bad:
+        raise IndexError(f"session ids {bad} outside [0, {num_sessions})")
 
 
 async def _gather(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
