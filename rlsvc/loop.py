@@ -21,6 +21,7 @@ from rlsvc.models.tokenizer import PAD_ID
 from rlsvc.policy_io import TaskCodec
 from rlsvc.rollout.runner import RolloutRunner, RolloutWorkerLost
 from rlsvc.trainer.batch import build_batch, split_batch
+from rlsvc.trainer.reference_cache import ReferenceCache
 
 if TYPE_CHECKING:
     from rlsvc.cluster.groups import RewardClient
@@ -152,6 +153,9 @@ class GRPOLoop:
     make_sync: Callable[[], WeightSync] | None = field(default=None, repr=False)
     """Builds the weight sync from the trainer to the rollout workers (again after either set
     changes); default: `svc.weight_sync` with the config's `weight_sync` section."""
+
+    reference_cache: ReferenceCache = field(default_factory=ReferenceCache, repr=False)
+    """The frozen reference's logprobs of rows already scored; training checkpoints save it."""
 
     def __post_init__(self) -> None:
         self.runner = RolloutRunner(self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns, self.cfg.rollout.context)
@@ -287,8 +291,8 @@ class GRPOLoop:
         batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
 
         reference = svc.reference_model
-        if reference is not None:
-            batch["ref_logprobs"] = reference.logprobs(batch["input_ids"], self.allowed, batch["lengths"])
+        if reference is not None:  # frozen: a row seen before is looked up (trainer/reference_cache.py)
+            batch["ref_logprobs"] = self.reference_cache.logprobs(reference.logprobs, batch["input_ids"], self.allowed, batch["lengths"])
         if cfg.grpo.tis_cap is not None:  # the proximal policy: the trainer's own, before the step
             batch["prox_logprobs"] = svc.trainer_group.logprobs(batch["input_ids"], self.allowed, batch["lengths"])
         t_ref = time.perf_counter()

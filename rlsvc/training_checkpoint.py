@@ -49,6 +49,7 @@ def save(
         reference = svc.reference_model
         if reference is not None:
             save_file(reference.hf_state_dict(), str(folder / "reference.safetensors"))
+            save_file(loop.reference_cache.state_dict(), str(folder / "reference_cache.safetensors"))
         if best is not None:
             save_file(best.state, str(folder / "best.safetensors"))
         if model is not None:
@@ -75,6 +76,11 @@ def restore(folder: Path, state: dict, loop: Any, trainer_spec: Any) -> Best | N
     reference = svc.reference_model
     if reference is not None:
         reference.setup(trainer_spec, load_file(str(folder / "reference.safetensors")))
+        cache = folder / "reference_cache.safetensors"
+        if cache.is_file():  # a checkpoint written before the cache existed has none
+            loop.reference_cache.load_state_dict(load_file(str(cache)))
+        else:
+            loop.reference_cache.clear()
     from rlsvc.buffer.replay import Episode
 
     snap = json.loads((folder / "buffer.json").read_text())

@@ -51,11 +51,14 @@ class Placement:
     retry_calls: bool = False
     """Ray re-sends a call that a dying actor did not finish to the restarted one: for roles whose
     calls are safe to repeat (scoring; the buffer, whose old contents die with it)."""
+    threads: int | None = None
+    """torch/vLLM threads of each actor (OMP_NUM_THREADS); None: the CPUs it reserves."""
 
     def options(self, index: int | None = None) -> dict:
         # torch/vLLM size their thread pools from OMP_NUM_THREADS: match the CPUs reserved.
         # Per-actor env vars merge with the job's runtime env (a `ray job submit` working_dir stays).
-        env = {**WORKER_ENV, "OMP_NUM_THREADS": str(max(1, int(self.num_cpus)))}
+        threads = self.threads or max(1, int(self.num_cpus))
+        env = {**WORKER_ENV, "OMP_NUM_THREADS": str(threads)}
         opts: dict = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus, "runtime_env": {"env_vars": env}}
         if self.resource:
             opts["resources"] = {self.resource: LABEL_SLICE}
@@ -97,6 +100,14 @@ def role_sizes(cfg: Config) -> dict[Role, tuple[float, float]]:
     }
 
 
+def role_threads(cfg: Config) -> dict[Role, int]:
+    """Roles whose actors run more threads than the CPUs they reserve. The reference model
+    reserves a quarter CPU, yet it computes the reference logprobs of a whole batch while the
+    trainer waits for them (synchronous mode): with the trainer's thread count that phase took
+    0.13 s instead of 0.15 s per default step (benchmarks/step_anatomy.py)."""
+    return {"reference": max(1, int(cfg.trainer.num_cpus))}
+
+
 def group_label(cfg: Config, group: NodeGroup) -> str:
     return cfg.cluster.gpu_node_resource if group == "gpu" else cfg.cluster.cpu_node_resource
 
@@ -110,7 +121,16 @@ def planned(cfg: Config) -> dict[Role, Placement]:
         cpus, gpus = sizes[role]
         restarts = cfg.faults.max_actor_restarts if role in RESTARTED_ROLES else 0
         out[role] = Placement(
-            role, group, cpus, gpus, group_label(cfg, group), counts[role], role in SPREAD_ROLES, restarts, RESTARTED_ROLES.get(role, False)
+            role,
+            group,
+            cpus,
+            gpus,
+            group_label(cfg, group),
+            counts[role],
+            role in SPREAD_ROLES,
+            restarts,
+            RESTARTED_ROLES.get(role, False),
+            role_threads(cfg).get(role),
         )
     return out
 
