@@ -4,13 +4,16 @@ they logged: `result.json` and the per-step metrics in their MLflow run."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 
-def run_job(name: str, overrides: list[str], out: Path, config: str | None = None) -> dict:
-    """One job to completion in its own process, output in `out`; returns its result.json."""
+def run_job(name: str, overrides: list[str], out: Path, config: str | None = None, tree: Path | None = None) -> dict:
+    """One job to completion in its own process, output in `out`; returns its result.json.
+    `tree`: run another checkout's rlsvc (its folder first on the path of the driver and of
+    every Ray worker, which inherit the environment) instead of this one."""
     cmd = [
         sys.executable,
         "-m",
@@ -22,7 +25,8 @@ def run_job(name: str, overrides: list[str], out: Path, config: str | None = Non
         *overrides,
     ]
     print("$", " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    env = None if tree is None else {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tree, env=env)
     (result,) = out.glob(f"{name}-*/result.json")
     return json.loads(result.read_text())
 
@@ -33,3 +37,11 @@ def metric_sums(result: dict, keys: list[str]) -> dict[str, float]:
 
     client = MlflowClient(tracking_uri=result["tracking_uri"])
     return {k: sum(m.value for m in client.get_metric_history(result["mlflow_run_id"], k)) for k in keys}
+
+
+def metric_histories(result: dict, keys: list[str]) -> dict[str, list[float]]:
+    """Each metric of the job's MLflow run, in step order ([] for one never logged)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=result["tracking_uri"])
+    return {k: [m.value for m in sorted(client.get_metric_history(result["mlflow_run_id"], k), key=lambda m: m.step)] for k in keys}

