@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlsvc.envs.blackjack import HandView, finish_hand, seeded_game, stick_at
+from rlsvc.envs.blackjack import DEALER_STREAM, HandView, RememberedCards, finish_hand, remembered_game, stick_at
 
 if TYPE_CHECKING:
     from rlsvc.tasks.blackjack import BlackjackTask
@@ -164,13 +164,30 @@ def _chat_format(folder: Path) -> tuple[bool, str | None]:
     return PROMPT_FORMATS[prompt], meta.get("system_prompt")
 
 
+_DEALS: dict[tuple[int, int], list[tuple[RememberedCards, RememberedCards]]] = {}
+_DEALS_KEPT = 4  # validation deals, final evaluation deals, and room for a caller's own
+
+
+def remembered_deals(episodes: int, seed: int) -> list[tuple[RememberedCards, RememberedCards]]:
+    """The card streams (player, dealer) of deals `seeded_game(seed * 1_000_003 + i)`, i <
+    `episodes`, kept for the process's next evaluation on the same deals (a few sets at most)."""
+    key = (episodes, seed)
+    if key not in _DEALS:
+        if len(_DEALS) >= _DEALS_KEPT:
+            del _DEALS[next(iter(_DEALS))]
+        seeds = [seed * 1_000_003 + i for i in range(episodes)]
+        _DEALS[key] = [(RememberedCards(s), RememberedCards(s + DEALER_STREAM)) for s in seeds]
+    return _DEALS[key]
+
+
 def evaluate(
     policy: Policy | TablePolicy, episodes: int, seed: int, greedy: bool = True, then_stick_at: int | None = None
 ) -> dict[str, float]:
     """Play `episodes` hands with the plain rules; deal i uses seed `seed`+i. Greedy decisions are
     a function of the state, so each distinct state is asked once. With `then_stick_at`, the
     single-turn task (`env.then_stick_at`): the policy decides first, stick-at-N plays on."""
-    games = [seeded_game(seed * 1_000_003 + i) for i in range(episodes)]
+    deals = remembered_deals(episodes, seed)
+    games = [remembered_game(player, dealer) for player, dealer in deals]
     table: dict[tuple, str] = {}
     rng = random.Random(seed)
     live = games
@@ -187,6 +204,9 @@ def evaluate(
             if then_stick_at is not None and not g.done:
                 finish_hand(g, stick_at(then_stick_at))
         live = [g for g in live if not g.done]
+    for player, dealer in deals:
+        player.forget_generator()
+        dealer.forget_generator()
     n = max(episodes, 1)
     rewards = [g.reward for g in games]
     return {

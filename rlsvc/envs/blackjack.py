@@ -40,6 +40,41 @@ def seeded_cards(seed: int | None) -> CardSource:
     return lambda: rng.choice(DECK)
 
 
+class RememberedCards:
+    """The cards of `seeded_cards(seed)`, kept as drawn: a later game from the same seed replays
+    them and draws from the generator (seeded again, fast-forwarded) only past what earlier games
+    used. Evaluation plays the same validation deals every few steps; replaying skips seeding and
+    drawing 40,000 generators each time. `forget_generator` frees the generator's state (about
+    2.5 kB) once a round of games is over; the cards stay."""
+
+    __slots__ = ("seed", "cards", "_rng")
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.cards: list[int] = []
+        self._rng: random.Random | None = None
+
+    def source(self) -> CardSource:
+        """A card source for one game: the remembered cards in order, then new draws."""
+        position = 0
+
+        def draw() -> int:
+            nonlocal position
+            if position == len(self.cards):
+                if self._rng is None:
+                    self._rng = random.Random(self.seed)
+                    for _ in self.cards:  # fast-forward past the cards already remembered
+                        self._rng.choice(DECK)
+                self.cards.append(self._rng.choice(DECK))
+            position += 1
+            return self.cards[position - 1]
+
+        return draw
+
+    def forget_generator(self) -> None:
+        self._rng = None
+
+
 DEALER_STREAM = 0x9E3779B9  # offsets the dealer's generator from the player's
 
 
@@ -53,6 +88,12 @@ def seeded_game(seed: int | None) -> BlackjackGame:
     """
     dealer_seed = None if seed is None else seed + DEALER_STREAM
     return BlackjackGame(seeded_cards(seed), seeded_cards(dealer_seed))
+
+
+def remembered_game(player: RememberedCards, dealer: RememberedCards) -> BlackjackGame:
+    """`seeded_game(player.seed)` (with `dealer.seed == player.seed + DEALER_STREAM`), its cards
+    replayed from memory where earlier games drew them."""
+    return BlackjackGame(player.source(), dealer.source())
 
 
 def scripted_cards(cards: Iterable[int]) -> CardSource:

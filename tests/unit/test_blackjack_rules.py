@@ -166,3 +166,17 @@ def test_optimal_policy_is_basic_strategy_and_beats_the_references() -> None:
         return evaluate(TablePolicy({tuple(s): policy(s) for s in all_states()}), 5000, 3)["mean_return"]
 
     assert score(best) > score(stick_at(17)) > score(lambda view: "stand")
+
+
+def test_remembered_deals_replay_the_seeded_games_whatever_each_policy_draws():
+    """Evaluation replays remembered cards: a policy that draws more cards than the ones before
+    it (always-stand, then stick-at-20, then always-hit) still gets exactly `seeded_game`'s cards,
+    and returns equal to playing fresh seeded games."""
+    from rlsvc.envs.blackjack import finish_hand, seeded_game, stick_at
+    from rlsvc.eval import TablePolicy, all_states, evaluate
+
+    policies = [lambda view: "stand", stick_at(20), lambda view: "hit"]
+    for policy in policies:
+        table = TablePolicy({tuple(s): policy(s) for s in all_states()})
+        fresh = [finish_hand(seeded_game(7 * 1_000_003 + i), policy) for i in range(500)]
+        assert evaluate(table, 500, 7)["mean_return"] == sum(fresh) / 500
