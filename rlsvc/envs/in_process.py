@@ -13,10 +13,11 @@ The API is `EnvPool`'s (`reset`, `step`, `stats`, `close`), so an env actor hold
 WebSocket pool stays the transport for remote servers (`env.remote.url`) and for
 `env.transport: websocket`.
 
-Sessions are stepped as OpenEnv's server steps them: an environment that overrides `step_async`
-is awaited on the pool's event loop (BlackJack's returns at once; the code interpreter's hands its
-sandboxed run to a thread), any other has its `step` run on the pool's threads; all sessions of a
-call at once.
+An environment whose spec says its steps are quick (`EnvSpec.quick_steps`: BlackJack) is called
+one session after another in the caller's thread. Any other is stepped as OpenEnv's server steps
+it: one that overrides `step_async` is awaited on the pool's event loop (the code interpreter's
+hands its sandboxed run to a thread), any other has its `step` run on the pool's threads; all
+sessions of a call at once.
 
 An environment that raises ends only its own episode: its session returns a failed observation
 (`EnvErrorObservation`), its group is left out, and `stats()["env_errors"]` counts it.
@@ -52,6 +53,17 @@ def _overrides(env_cls: Any, name: str) -> bool:
     from openenv.core.env_server.interfaces import Environment
 
     return getattr(env_cls, name, None) is not getattr(Environment, name)
+
+
+def _finished(coro: Coroutine[Any, Any, Any]) -> Any:
+    """The result of a coroutine that completes without suspending (a quick environment's
+    `reset_async`/`step_async`); one that would suspend is an environment wrongly marked quick."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        return done.value
+    coro.close()
+    raise RuntimeError("an environment marked quick_steps waited inside reset/step; leave quick_steps False for it")
 
 
 class InProcessPool:
@@ -119,6 +131,9 @@ class InProcessPool:
     # -- internals ---------------------------------------------------------------------------
 
     def _each(self, fn: Callable[[int, Any], Coroutine[Any, Any, Any]], session_ids: Sequence[int], values: Sequence[Any]) -> list[Any]:
+        if self.spec.quick_steps:  # the coroutines finish without waiting: run them right here
+            return [_finished(fn(i, v)) for i, v in zip(session_ids, values, strict=True)]
+
         async def every() -> list[Any]:
             return list(await asyncio.gather(*(fn(i, v) for i, v in zip(session_ids, values, strict=True))))
 
@@ -131,6 +146,8 @@ class InProcessPool:
             env = self._envs[slot]
             if self._async_reset:
                 return await env.reset_async(seed=seed)
+            if self.spec.quick_steps:
+                return env.reset(seed=seed)
             return await self._loop.run_in_executor(self._threads, lambda: env.reset(seed=seed))
         except Exception as e:
             return self._error(slot, "reset", e)
@@ -143,6 +160,8 @@ class InProcessPool:
             act = self.spec.action_cls(**self.spec.payload(action))
             if self._async_step:
                 return await env.step_async(act)
+            if self.spec.quick_steps:
+                return env.step(act)
             return await self._loop.run_in_executor(self._threads, env.step, act)
         except Exception as e:
             return self._error(slot, "step", e)

@@ -96,6 +96,11 @@ class EnvSpec:
     observation_cls: type
     state_cls: type
     payload: Callable[[Any], dict[str, Any]]
+    quick_steps: bool = False
+    """Every reset and step is plain Python taking microseconds (no I/O, no subprocess): an
+    in-process pool then calls them one after another in its caller's thread, the fastest way
+    (rlsvc/envs/in_process.py). False (the default, safe for any environment): sessions are
+    stepped concurrently, as OpenEnv's server steps them."""
 
 
 def blackjack_spec(then_stick_at: int | None = None) -> EnvSpec:
@@ -106,7 +111,7 @@ def blackjack_spec(then_stick_at: int | None = None) -> EnvSpec:
     # Passing the class (not a factory) lets OpenEnv check SUPPORTS_CONCURRENT_SESSIONS
     # without building a throwaway instance.
     env = BlackjackEnvironment if then_stick_at is None else BlackjackEnvironment.single_turn(then_stick_at)
-    return EnvSpec("blackjack", env, BlackjackAction, BlackjackObservation, BlackjackState, lambda a: {"action": a})
+    return EnvSpec("blackjack", env, BlackjackAction, BlackjackObservation, BlackjackState, lambda a: {"action": a}, quick_steps=True)
 
 
 def code_spec(settings: Any) -> EnvSpec:
