@@ -73,6 +73,22 @@ SUITE = [
         600,
     ),
     Bench(
+        "speedup",
+        "Default step: this checkout vs the commit before issue 17's changes, alternating",
+        "step_speedup",
+        ["--pairs", "5", "--steps", "20"],
+        ["--pairs", "1", "--steps", "3", "--eval-episodes", "200"],
+        1200,
+    ),
+    Bench(
+        "floor",
+        "Compute floor: the default step's model work in one process, vs the job",
+        "compute_floor",
+        ["--steps", "40"],
+        ["--steps", "3", "--skip", "0"],
+        600,
+    ),
+    Bench(
         "trl",
         "rlsvc vs TRL GRPOTrainer on single-turn BlackJack",
         "vs_trl",
@@ -95,6 +111,8 @@ RESULT_FILES = {
     "rollout_throughput": "rollout_throughput.json",
     "weight_sync": "weight_sync.json",
     "step_anatomy": "step_anatomy.json",
+    "step_speedup": "step_speedup.json",
+    "compute_floor": "compute_floor.json",
     "vs_trl": "vs_trl.json",
     "env_scaling": "env_scaling.json",
 }
@@ -127,6 +145,24 @@ def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
             "orchestration overhead <= 10% of step time (default config, sync)",
             f"{sync['overhead']:.1%}" if sync else "not measured",
             sync["overhead"] <= 0.10 if sync else None,
+        )
+    )
+    speedup = results.get("speedup", {}).get("data")
+    out.append(
+        (
+            "default sync step >= 1.5x faster than before issue 17 (alternating pairs, median)",
+            f"{speedup['ratio']['median']:.2f}x ({speedup['ratio']['min']:.2f}-{speedup['ratio']['max']:.2f})"
+            if speedup
+            else "not measured",
+            speedup["ratio"]["median"] >= 1.5 if speedup else None,
+        )
+    )
+    floor = results.get("floor", {}).get("data")
+    out.append(
+        (
+            "orchestration overhead vs the compute floor (reported)",
+            f"{floor['overhead_vs_floor']:.0%}" if floor else "not measured",
+            None,
         )
     )
     sync_rows = results.get("weight_sync", {}).get("data")

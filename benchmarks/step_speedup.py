@@ -68,13 +68,17 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--base", default=BASE, help="the earlier commit (default: %(default)s)")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--eval-episodes", type=int, default=2000, help="the final evaluation's deals (it runs after the timed loop)")
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     overrides = [f"run.steps={args.steps}", f"eval.episodes={args.eval_episodes}", "run.time_budget_minutes=60"]
     pairs = []
     with tempfile.TemporaryDirectory(prefix="rlsvc-step-speedup-") as tmp:

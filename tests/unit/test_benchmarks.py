@@ -101,6 +101,24 @@ SAMPLE = {
             },
         },
     },
+    "speedup": {
+        "args": {"steps": 20},
+        "base": "b197b76" + "0" * 33,
+        "head": "a" * 40 + "+changes",
+        "ratio": {"median": 1.6, "min": 1.4, "max": 1.7},
+        "step_s_ratio": {"median": 1.8, "min": 1.7, "max": 1.9},
+        "old_s_per_step": {"median": 1.6, "min": 1.5, "max": 1.7},
+        "new_s_per_step": {"median": 1.0, "min": 0.9, "max": 1.1},
+        "learning": {"steps_identical": 20, "steps": 20, "old_final_return": [-0.1, -0.1], "new_final_return": [-0.1, -0.1]},
+        "pairs": [{}, {}],
+    },
+    "floor": {
+        "args": {"steps": 40},
+        "job_step_s": 0.8,
+        "floor_step_s": [0.5, 0.52],
+        "overhead_vs_floor": 0.36,
+        "steps_identical": 40,
+    },
     "trl": {
         "args": {"target": -0.08, "val_episodes": 5000, "prompts": 64, "group_size": 8, "steps": 60, "final_episodes": 20000},
         "samples_per_s_ratio": 1.5,
@@ -150,6 +168,8 @@ def test_checks_compare_against_the_targets() -> None:
     assert met["samples/s >= 2x TRL GRPOTrainer"] == ("1.50x", False)
     assert met["orchestration overhead <= 10% of step time (default config, sync)"] == ("3.5%", True)
     assert met["best weight-sync transport >= 50% of memcpy (100M and 500M)"] == ("58%", True)
+    assert met["default sync step >= 1.5x faster than before issue 17 (alternating pairs, median)"] == ("1.60x (1.40-1.70)", True)
+    assert met["orchestration overhead vs the compute floor (reported)"] == ("36%", None)
     assert all(ok is None for _, _, ok in checks({})), "nothing measured: nothing met or missed"
 
 
@@ -174,4 +194,6 @@ def test_every_benchmark_renders_its_results() -> None:
     assert "| rlsvc (sync) | 300 | 40 s | -0.070 | -0.0700 |" in text and "| TRL GRPOTrainer | 200 | not reached | - | -0.1000 |" in text
     assert "| 10 | -0.070 (40 s) | - |" in text
     assert "**stopped after its 420 s limit**" in text
+    assert "| s per step (training loop) | 1.600 | 1.000 | 1.60x (1.40-1.70) |" in text and "(with uncommitted changes)" in text
+    assert "| overhead vs the floor: (job - floor) / job | 36% |" in text
     assert "(58% beside)" not in text and "(60% beside)" in text
