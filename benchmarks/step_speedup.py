@@ -17,7 +17,7 @@ and the final greedy returns are reported side by side.
 
     python -m benchmarks.step_speedup [--base COMMIT] [--pairs 5] [--steps 40]
 
-Results: a Markdown table on stdout and benchmarks/results/step_speedup.json.
+Results: benchmarks/results/step_speedup.json, and its table in step_speedup.md (and on stdout).
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def checkout(rev: str, dest: Path) -> str:
 
 def head() -> str:
     out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout
+    # the new side runs rlsvc/ from this checkout: edits elsewhere (docs, benchmarks) do not count
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "rlsvc"], cwd=ROOT, capture_output=True, text=True).stdout
     return out.stdout.strip() + ("+changes" if dirty.strip() else "")
 
 
@@ -113,6 +114,7 @@ def main() -> None:
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=2))
+    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
     print(markdown(data))
 
 
