@@ -84,8 +84,8 @@ SUITE = [
         "floor",
         "Compute floor: the default step's model work in one process, vs the job",
         "compute_floor",
-        ["--steps", "40"],
-        ["--steps", "3", "--skip", "0"],
+        ["--pairs", "3", "--steps", "40"],
+        ["--pairs", "1", "--steps", "3", "--skip", "0"],
         600,
     ),
     Bench(

@@ -10,13 +10,14 @@ and the replay buffer, built as the job builds them (`rlsvc.job.prepare_model`, 
 `EngineSpec.from_config`) with the same seed, warm start and deals. So the episodes are the
 job's: the benchmark reports whether its training returns equal a real job's, step by step.
 
-Overhead against the floor is (job step - floor step) / job step, the job's `time/step_s`
-against the floor's, over the same steps (the first `--skip` left out: start-up effects).
+Overhead against the floor is (job step - floor step) / job step, the job's mean `time/step_s`
+against the floor's, over the same steps (the first `--skip` left out: start-up effects). The two
+sides alternate, floor then job, `--pairs` times; the result is the median of the pairs' overheads
+with their min and max.
 
-    python -m benchmarks.compute_floor [--steps 40] [--skip 5]
+    python -m benchmarks.compute_floor [--pairs 3] [--steps 40] [--skip 5]
 
-It runs the floor, then the real job (`python -m rlsvc.train`, same overrides), then the floor
-again; results: a Markdown table on stdout and benchmarks/results/compute_floor.json.
+Results: benchmarks/results/compute_floor.json, and its table in compute_floor.md (and on stdout).
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ def run_floor(overrides: list[str], steps: int) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--skip", type=int, default=5, help="first steps left out of the means")
     return ap
@@ -180,41 +182,48 @@ def main() -> None:
     # the floor's process has the whole machine: torch (trainer) and vLLM run the job's thread counts
     os.environ.setdefault("OMP_NUM_THREADS", str(min(os.cpu_count() or 1, 2)))
     overrides = [f"run.steps={args.steps}", "eval.episodes=200", "eval.every_steps=0", "run.time_budget_minutes=60"]
-    floors = [run_floor(overrides, args.steps)]
-    with tempfile.TemporaryDirectory(prefix="rlsvc-floor-job-") as tmp:
-        job = run_job("floor_job", overrides, Path(tmp))
-        hist = metric_histories(job, ["time/step_s", "return_mean"])
-    floors.append(run_floor(overrides, args.steps))
     k = args.skip
-    job_step = statistics.fmean(hist["time/step_s"][k:])
-    floor_step = statistics.median(statistics.fmean(f["step_s"][k:]) for f in floors)
-    same = next((i for i, (a, b) in enumerate(zip(floors[0]["returns"], hist["return_mean"])) if a != b), args.steps)
+    pairs = []
+    for i in range(args.pairs):
+        floor = run_floor(overrides, args.steps)
+        with tempfile.TemporaryDirectory(prefix="rlsvc-floor-job-") as tmp:
+            job = metric_histories(run_job(f"floor_job{i}", overrides, Path(tmp)), ["time/step_s", "return_mean"])
+        floor_step, job_step = statistics.fmean(floor["step_s"][k:]), statistics.fmean(job["time/step_s"][k:])
+        same = next((t for t, (a, b) in enumerate(zip(floor["returns"], job["return_mean"])) if a != b), args.steps)
+        pairs.append({"floor": floor, "job": job, "floor_step_s": floor_step, "job_step_s": job_step, "steps_identical": same})
+        print(f"pair {i}: floor {floor_step:.3f} s, job {job_step:.3f} s", flush=True)
+    overheads = [(p["job_step_s"] - p["floor_step_s"]) / p["job_step_s"] for p in pairs]
     data = {
         "args": vars(args),
-        "job_step_s": job_step,
-        "floor_step_s": [statistics.fmean(f["step_s"][k:]) for f in floors],
-        "overhead_vs_floor": (job_step - floor_step) / job_step,
-        "steps_identical": same,
-        "floors": floors,
-        "job_returns": hist["return_mean"],
+        "job_step_s": statistics.median(p["job_step_s"] for p in pairs),
+        "floor_step_s": statistics.median(p["floor_step_s"] for p in pairs),
+        "overhead_vs_floor": statistics.median(overheads),
+        "overhead_min": min(overheads),
+        "overhead_max": max(overheads),
+        "steps_identical": min(p["steps_identical"] for p in pairs),
+        "pairs": pairs,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=2))
+    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
     print(markdown(data))
 
 
 def markdown(data: dict) -> str:
-    floors = ", ".join(f"{s:.3f}" for s in data["floor_step_s"])
     return "\n".join(
         [
+            f"{len(data['pairs'])} alternating pairs (floor, job) of {data['args']['steps']}-step runs; mean step after the first "
+            f"{data['args']['skip']}, medians over the pairs.",
+            "",
             "| mean step, default config, sync | seconds |",
             "|---|---|",
             f"| the job (`time/step_s`) | {data['job_step_s']:.3f} |",
-            f"| compute floor: the same steps in one process (before and after the job) | {floors} |",
-            f"| overhead vs the floor: (job - floor) / job | {data['overhead_vs_floor']:.0%} |",
+            f"| compute floor: the same steps in one process | {data['floor_step_s']:.3f} |",
+            f"| overhead vs the floor: (job - floor) / job, per pair | {data['overhead_vs_floor']:.0%} "
+            f"({data['overhead_min']:.0%}-{data['overhead_max']:.0%}) |",
             "",
             f"The floor played the job's episodes: training returns equal for the first {data['steps_identical']} "
-            f"of {data['args']['steps']} steps.",
+            f"of {data['args']['steps']} steps in every pair.",
         ]
     )
 

@@ -115,11 +115,14 @@ SAMPLE = {
         "pairs": [{}, {}],
     },
     "floor": {
-        "args": {"steps": 40},
+        "args": {"steps": 40, "skip": 5, "pairs": 3},
         "job_step_s": 0.8,
-        "floor_step_s": [0.5, 0.52],
+        "floor_step_s": 0.5,
         "overhead_vs_floor": 0.36,
+        "overhead_min": 0.3,
+        "overhead_max": 0.4,
         "steps_identical": 40,
+        "pairs": [{}, {}, {}],
     },
     "trl": {
         "args": {"target": -0.08, "val_episodes": 5000, "prompts": 64, "group_size": 8, "steps": 60, "final_episodes": 20000},
@@ -198,5 +201,5 @@ def test_every_benchmark_renders_its_results() -> None:
     assert "**stopped after its 420 s limit**" in text
     assert "| mean step, s (`time/step_s`, after the first 5) | 1.200 | 0.750 | 1.60x (1.40-1.70) |" in text
     assert "| 1.600 | 1.000 | 1.30x (1.20-1.40) |" in text and "(with uncommitted changes)" in text
-    assert "| overhead vs the floor: (job - floor) / job | 36% |" in text
+    assert "| overhead vs the floor: (job - floor) / job, per pair | 36% (30%-40%) |" in text
     assert "(58% beside)" not in text and "(60% beside)" in text

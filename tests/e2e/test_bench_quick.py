@@ -1,0 +1,46 @@
+"""The `--quick` modes of the step benchmarks, run for real (CI runs them; `make bench` runs the
+full ones): the step speed-up against the commit before the overhead work, and the compute
+floor. Each must produce its results, and what they assert about learning must hold: both sides
+of the speed-up, and the one-process floor and the real job, play the same episodes (equal
+training returns step by step), since every step's deals and sampling seeds follow from the run
+seed. No timing is asserted: the figures are measurements, reported in benchmarks/results/."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run_bench(module: str, args: list[str], out: Path) -> dict:
+    env = {**os.environ, "RLSVC_BENCH_RESULTS": str(out)}
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (out / f"{module}.md").read_text().strip()
+    return json.loads((out / f"{module}.json").read_text())
+
+
+def test_step_speedup_quick_runs_both_commits_and_they_play_the_same_episodes(tmp_path: Path):
+    data = run_bench("step_speedup", ["--pairs", "1", "--steps", "3", "--eval-episodes", "200"], tmp_path)
+    (pair,) = data["pairs"]
+    assert pair["old"]["steps"] == pair["new"]["steps"] == 3
+    assert math.isfinite(data["ratio"]["median"]) and data["ratio"]["median"] > 0
+    assert data["learning"]["steps_identical"] == 3, (pair["old"]["returns"], pair["new"]["returns"])
+
+
+def test_compute_floor_quick_plays_the_jobs_episodes(tmp_path: Path):
+    data = run_bench("compute_floor", ["--pairs", "1", "--steps", "3", "--skip", "0"], tmp_path)
+    (pair,) = data["pairs"]
+    assert len(pair["floor"]["step_s"]) == len(pair["job"]["time/step_s"]) == 3
+    assert data["steps_identical"] == 3, (pair["floor"]["returns"], pair["job"]["return_mean"])
+    assert data["job_step_s"] > 0 and data["overhead_vs_floor"] < 1
