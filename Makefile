@@ -48,8 +48,9 @@ format: install
 validate-hf: install
 	$(BIN)/python scripts/validate_hf.py $(ARGS)
 
-# the whole suite (rollout vs HF generate, weight sync, step anatomy, vs TRL, scaling): writes
-# benchmarks/results/latest.{json,md}; about 25 minutes here (benchmarks/__main__.py)
+# the whole suite (rollout vs HF generate, weight sync, step anatomy, step speed-up, compute floor,
+# vs TRL, scaling): writes benchmarks/results/latest.{json,md} (benchmarks/__main__.py); the five
+# older benchmarks took 24 minutes here, the two newer about 11 more (estimated from their runs)
 bench: install
 	$(BIN)/python -m benchmarks $(ARGS)
 
