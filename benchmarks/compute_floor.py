@@ -113,6 +113,7 @@ class LocalSync:
 def run_floor(overrides: list[str], steps: int) -> dict:
     """The floor's per-step seconds and training returns, `steps` steps after the warm start."""
     from rlsvc.buffer.replay import ReplayBuffer
+    from rlsvc.cluster.actors import materialise
     from rlsvc.config import load_config
     from rlsvc.envs.in_process import InProcessPool
     from rlsvc.job import prepare_model
@@ -127,16 +128,11 @@ def run_floor(overrides: list[str], steps: int) -> dict:
     task = load_task(cfg.env)
     with tempfile.TemporaryDirectory(prefix="rlsvc-floor-") as tmp:
         model, tokenizer, source = prepare_model(cfg, Path(tmp))
-        folder = Path(tmp) / "engine"
-        if "path" in source:
-            folder = Path(source["path"])
-        else:  # a scratch model's files, as they travel to the rollout workers
-            folder.mkdir()
-            for name, data in source["files"].items():
-                (folder / name).write_bytes(data)
+        (Path(tmp) / "engine").mkdir()
+        folder = materialise(source, Path(tmp) / "engine")  # as a rollout worker does
         codec = make_codec(task, tokenizer, cfg.model.seq_len, cfg.rollout.max_tokens)
         engine_spec = EngineSpec.from_config(cfg, codec.allowed_token_ids if cfg.rollout.constrained_actions else None)
-        engine = VLLMEngine(str(folder), **engine_spec.engine_kwargs())
+        engine = VLLMEngine(folder, **engine_spec.engine_kwargs())
         try:
             spec = TrainerSpec(model, cfg.trainer, cfg.run.seed)
             trainer = spec.build(rank=0, world_size=1, dist_store=None, init_hf_state_dict=None)

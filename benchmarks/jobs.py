@@ -33,10 +33,7 @@ def run_job(name: str, overrides: list[str], out: Path, config: str | None = Non
 
 def metric_sums(result: dict, keys: list[str]) -> dict[str, float]:
     """The sum over all steps of each metric of the job's MLflow run (0 for one never logged)."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=result["tracking_uri"])
-    return {k: sum(m.value for m in client.get_metric_history(result["mlflow_run_id"], k)) for k in keys}
+    return {k: sum(values) for k, values in metric_histories(result, keys).items()}
 
 
 def metric_histories(result: dict, keys: list[str]) -> dict[str, list[float]]:

@@ -24,11 +24,12 @@ def _use_reserved_cores() -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
 
-def materialise(source: dict[str, Any]) -> str:
-    """A model folder on this node: an existing path, or files shipped as bytes through Ray."""
+def materialise(source: dict[str, Any], into: Path | None = None) -> str:
+    """A model folder on this node: an existing path, or files shipped as bytes through Ray,
+    written into `into` (an empty folder; default: a new temporary one)."""
     if "path" in source:
         return source["path"]
-    folder = Path(tempfile.mkdtemp(prefix="rlsvc-model-"))
+    folder = into or Path(tempfile.mkdtemp(prefix="rlsvc-model-"))
     for name, data in source["files"].items():
         (folder / name).write_bytes(data)
     return str(folder)
