@@ -169,6 +169,11 @@ class RolloutConfig(Strict):
     """vLLM's memory fraction (on CPU it bounds the KV cache with `kv_cache_gb`)."""
     kv_cache_gb: int = Field(1, ge=1)
     """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."""
+    block_size: int | None = Field(None, ge=1)
+    """KV cache block size in tokens; None: 32 on CPU, vLLM's own default on GPU. Prompts share
+    cached blocks only when whole: a GRPO group's shared prompt is computed once per batch from
+    block_size + 1 tokens on (vLLM's CPU default of 128 would leave a 128-token prompt computed
+    for every sample)."""
     enforce_eager: bool = True
     """No CUDA graphs / compilation: start-up dominates for tiny models."""
     tensor_parallel_size: int = Field(1, ge=1)

@@ -72,8 +72,12 @@ class RolloutWorker(_WeightSyncEndpoint):
         self.engine = VLLMEngine(materialise(source), **spec.engine_kwargs())
         self.spec = spec
 
-    def generate(self, prompts: list[list[int]], seeds: list[int], greedy: bool = False) -> list[dict]:
-        return self.engine.generate(prompts, seeds=seeds, **self.spec.sampling(greedy))
+    def generate(self, prompts: list[list[int]], seeds: list[int], greedy: bool = False, max_tokens: list[int] | None = None) -> list[dict]:
+        """`max_tokens`: a budget per prompt instead of the spec's one."""
+        sampling = self.spec.sampling(greedy)
+        if max_tokens is not None:
+            sampling["max_tokens"] = max_tokens
+        return self.engine.generate(prompts, seeds=seeds, **sampling)
 
     def update_weights(self, hf_state_dict: dict, version: int) -> dict[str, float | str]:
         return self.engine.update_weights(hf_state_dict, version)

@@ -17,6 +17,8 @@ class EngineSpec:
     """vLLM's memory fraction (on CPU the KV cache is `kv_cache_gb`)."""
     kv_cache_gb: int = 1
     """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."""
+    block_size: int | None = None
+    """KV cache block size in tokens (None: 32 on CPU, vLLM's default on GPU)."""
     enforce_eager: bool = True
     """No CUDA graphs or compilation."""
     dtype: str = "float32"
@@ -43,6 +45,7 @@ class EngineSpec:
             seed=cfg.run.seed,
             gpu_memory_utilization=r.gpu_memory_utilization,
             kv_cache_gb=r.kv_cache_gb,
+            block_size=r.block_size,
             enforce_eager=r.enforce_eager,
             dtype=r.dtype,
             tensor_parallel_size=r.tensor_parallel_size,

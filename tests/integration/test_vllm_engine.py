@@ -121,6 +121,20 @@ def test_generate_one_token_per_prompt(engine) -> None:
         assert isinstance(r["text"], str)
 
 
+def test_a_token_budget_per_prompt(engine) -> None:
+    # each session's room left in its context; min_tokens is capped at each budget
+    results = engine.generate(blackjack_prompts()[:3], max_tokens=[1, 4, 2], min_tokens=10, seed=3)
+    assert [len(r["token_ids"]) for r in results] == [1, 4, 2]
+    assert [len(r["logprobs"]) for r in results] == [1, 4, 2]
+    with pytest.raises(ValueError, match="2 max_tokens for 3 prompts"):
+        engine.generate(blackjack_prompts()[:3], max_tokens=[1, 4])
+
+
+def test_cpu_blocks_small_enough_for_groups_to_share_prompts(engine) -> None:
+    # vLLM's CPU default of 128-token blocks shares no block of a prompt up to 128 tokens long
+    assert engine.llm.llm_engine.vllm_config.cache_config.block_size == 32
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_restricted_sampling_logprobs_match_hf(engine, models, temperature: float) -> None:
     prompts = blackjack_prompts()

@@ -8,13 +8,16 @@ from rlsvc.rollout.spec import EngineSpec
 
 
 def test_the_jobs_engine_follows_the_config():
-    cfg = load_config(None, ["rollout.temperature=0.7", "rollout.max_tokens=3", "rollout.kv_cache_gb=2", "run.seed=5"])
+    cfg = load_config(
+        None, ["rollout.temperature=0.7", "rollout.max_tokens=3", "rollout.kv_cache_gb=2", "rollout.block_size=64", "run.seed=5"]
+    )
     spec = EngineSpec.from_config(cfg, [11, 12])
     assert spec.engine_kwargs() == {
         "max_model_len": cfg.model.titan.max_seq_len,
         "seed": 5,
         "gpu_memory_utilization": 0.3,
         "kv_cache_gb": 2,
+        "block_size": 64,
         "enforce_eager": True,
         "dtype": "auto",
         "max_num_seqs": 1024,
