@@ -48,9 +48,10 @@ format: install
 validate-hf: install
 	$(BIN)/python scripts/validate_hf.py $(ARGS)
 
-# the whole suite (rollout vs HF generate, weight sync, step anatomy, step speed-up, compute floor,
-# vs TRL, scaling): writes benchmarks/results/latest.{json,md} (benchmarks/__main__.py); the five
-# older benchmarks took 24 minutes here, the two newer about 11 more (estimated from their runs)
+# the whole suite (rollout vs HF generate on the tiny policy and on a representative workload,
+# weight sync, step anatomy, step speed-up, compute floor, vs TRL, scaling): writes
+# benchmarks/results/latest.{json,md} (benchmarks/__main__.py), each benchmark's seconds in it;
+# ARGS="--only rollout,rollout_rep" measures some again and keeps the others' results
 bench: install
 	$(BIN)/python -m benchmarks $(ARGS)
 

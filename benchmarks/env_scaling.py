@@ -10,9 +10,14 @@ about (turns) x (latency + generation), so more env actors mean fewer waves; mor
 workers split each generation call (the R engines share this machine's 2 cores, so that only
 helps where generation is not already using them).
 
-    python -m benchmarks.env_scaling [--actors 1 2 4 8] [--rollout-workers 1 2] [--sessions 32] [--episodes 512] [--latency-ms 50]
+The policy is the default's untrained one, its answers constrained to hit and stand so that it
+plays whole hands (mean turns and env steps/s are reported). The shapes take turns: every round
+runs each shape once, the order flipped each round, and each shape's speed-up is the median of
+its per-round ratios to the first shape.
 
-Results: a Markdown table on stdout and benchmarks/results/env_scaling.json.
+    python -m benchmarks.env_scaling [--actors 1 2 4 8] [--rollout-workers 1 2] [--sessions 32] [--episodes 512] [--latency-ms 50] [--rounds 5]
+
+Results: benchmarks/results/env_scaling.json, and its table in env_scaling.md (and on stdout).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import time
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
+from benchmarks.pairs import spread
 
 RESULTS = RESULTS_DIR
 
@@ -37,7 +43,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--latency-ms", type=float, default=50.0, help="simulated round trip added to every env step")
     ap.add_argument("--rollout-workers", type=int, nargs="+", default=[1, 2], help="rollout worker counts R (measured at the largest K)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5, help="every shape once per round, the order flipped each round")
     return ap
 
 
@@ -68,7 +74,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="rlsvc-env-scaling-") as tmp:
             _, tokenizer, source = prepare_model(cfg, Path(tmp))
         codec = BlackjackCodec(tokenizer)
-        engine = EngineSpec(max_model_len=cfg.model.titan.max_seq_len, kv_cache_gb=1, seed=0)
+        # constrained to the two answers (rollout.constrained_actions): the untrained policy
+        # plays real hands, several turns each, instead of ending ~97% of them with an invalid
+        # first answer, which would measure resets and generate calls only
+        engine = EngineSpec(
+            max_model_len=cfg.model.titan.max_seq_len, kv_cache_gb=1, seed=0, allowed_token_ids=tuple(codec.allowed_token_ids)
+        )
         rollouts = [
             ray.remote(RolloutWorker).options(**place["rollout"].options()).remote(source, engine) for _ in range(max(args.rollout_workers))
         ]
@@ -80,46 +91,57 @@ def main() -> None:
         shapes = [(k, min(args.rollout_workers)) for k in args.actors] + [
             (max(args.actors), r) for r in args.rollout_workers if r != min(args.rollout_workers)
         ]
-        for k, r in shapes:
-            envs = [ray.remote(EnvWorker).options(**place["env"].options()).remote(cfg.env) for _ in range(k)]
-            nodes_used = set(ray.get([e.node_id.remote() for e in envs]))
-            assert nodes_used <= {n.node_id for n in cpu_nodes}
-            runner = RolloutRunner(RayGenerator(rollouts[:r]), RayEnvFleet(envs, args.sessions), codec, cfg.env.max_turns)
-            runner.collect(seeds[: max(1, k * args.sessions // args.group_size)], args.group_size, 0, 0)  # warm-up
-            rates, turns = [], []
-            for i in range(args.repeats):
+        # every env actor up front: a shape uses the first K of them, so the shapes can take
+        # turns round by round (benchmarks/pairs.py) instead of one after the other
+        envs = [ray.remote(EnvWorker).options(**place["env"].options()).remote(cfg.env) for _ in range(max(args.actors))]
+        assert set(ray.get([e.node_id.remote() for e in envs])) == {n.node_id for n in cpu_nodes}, "one env actor per CPU-group node"
+        runners = {
+            (k, r): RolloutRunner(RayGenerator(rollouts[:r]), RayEnvFleet(envs[:k], args.sessions), codec, cfg.env.max_turns)
+            for k, r in shapes
+        }
+        for (k, _), runner in runners.items():  # warm-up: every actor's first calls
+            runner.collect(seeds[: max(1, k * args.sessions // args.group_size)], args.group_size, 0, 0)
+        runs: dict[tuple[int, int], list[dict]] = {shape: [] for shape in shapes}
+        for i in range(args.rounds):
+            for shape in shapes if i % 2 == 0 else shapes[::-1]:
                 t0 = time.perf_counter()
-                episodes = runner.collect(seeds, args.group_size, 0, sample_seed=i + 1)
-                rates.append(len(episodes) / (time.perf_counter() - t0))
-                turns.append(statistics.mean(len(ep.responses) for ep in episodes))
-            rows.append(
-                {
-                    "env_actors": k,
-                    "rollout_workers": r,
-                    "sessions_per_actor": args.sessions,
-                    "concurrent_episodes": k * args.sessions,
-                    "nodes": len(nodes_used) + r,
-                    "episodes_per_s": statistics.median(rates),
-                    "runs": rates,
-                    "mean_turns": statistics.mean(turns),
-                }
-            )
+                episodes = runners[shape].collect(seeds, args.group_size, 0, sample_seed=i + 1)
+                seconds = time.perf_counter() - t0
+                turns = [len(ep.responses) for ep in episodes]
+                invalid = sum(1 for ep in episodes if ep.invalid)
+                runs[shape].append({"s": seconds, "episodes": len(episodes), "env_steps": sum(turns), "invalid": invalid})
             print(
-                f"K={k} R={r}: {rows[-1]['episodes_per_s']:.1f} episodes/s on {len(nodes_used)} CPU-group + {r} GPU-group nodes", flush=True
+                f"round {i + 1}/{args.rounds}: "
+                + ", ".join(f"K={k} R={r} {len(seeds) * args.group_size / runs[(k, r)][-1]['s']:.0f}/s" for k, r in shapes),
+                flush=True,
             )
-            ray.get([e.close.remote() for e in envs])
-            for e in envs:
-                ray.kill(e)
-        ray.get([r.close.remote() for r in rollouts])
+        ray.get([e.close.remote() for e in envs] + [r.close.remote() for r in rollouts])
     finally:
         ray.shutdown()
         cluster.shutdown()
-    base = rows[0]["episodes_per_s"]
-    for row in rows:
-        row["speedup_vs_first"] = row["episodes_per_s"] / base
+    first = runs[shapes[0]]
+    for k, r in shapes:
+        mine = runs[(k, r)]
+        rows.append(
+            {
+                "env_actors": k,
+                "rollout_workers": r,
+                "sessions_per_actor": args.sessions,
+                "concurrent_episodes": k * args.sessions,
+                "nodes": k + r,
+                "episodes_per_s": statistics.median(m["episodes"] / m["s"] for m in mine),
+                "env_steps_per_s": statistics.median(m["env_steps"] / m["s"] for m in mine),
+                "mean_turns": sum(m["env_steps"] for m in mine) / sum(m["episodes"] for m in mine),
+                "invalid_share": sum(m["invalid"] for m in mine) / sum(m["episodes"] for m in mine),
+                # per round, against the first shape's run of the same round
+                "speedup_vs_first": spread([f["s"] / m["s"] for f, m in zip(first, mine, strict=True)]),
+                "runs": mine,
+            }
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     data = {"args": vars(args), "rows": rows}
     (RESULTS / "env_scaling.json").write_text(json.dumps(data, indent=2))
+    (RESULTS / "env_scaling.md").write_text(markdown(data) + "\n")  # the docs include this table
     print(markdown(data))
 
 
@@ -127,15 +149,19 @@ def markdown(data: dict) -> str:
     args, rows = data["args"], data["rows"]
     first = rows[0]
     lines = [
-        f"{args['episodes']} episodes, {args['latency_ms']:g} ms per env step, M={args['sessions']} sessions per env actor, "
-        f"median of {args['repeats']}\n",
-        f"| env actors K | rollout workers R | concurrent episodes | nodes (CPU + GPU group) | episodes/s | vs K={first['env_actors']}, R={first.get('rollout_workers', 1)} |",
-        "|---|---|---|---|---|---|",
+        f"{args['episodes']} episodes per run, {args['latency_ms']:g} ms per env step, M={args['sessions']} sessions per env actor, "
+        f"answers constrained to hit/stand; {args['rounds']} rounds, every shape once per round: median rates, "
+        f"median (min-max) of the per-round ratios\n",
+        f"| env actors K | rollout workers R | concurrent episodes | nodes (CPU + GPU group) | episodes/s | env steps/s | mean turns "
+        f"| vs K={first['env_actors']}, R={first['rollout_workers']} |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    lines += [
-        f"| {r['env_actors']} | {r.get('rollout_workers', 1)} | {r['concurrent_episodes']} | {r['nodes']} | {r['episodes_per_s']:.1f} | {r['speedup_vs_first']:.2f}x |"
-        for r in rows
-    ]
+    for r in rows:
+        x = r["speedup_vs_first"]
+        lines.append(
+            f"| {r['env_actors']} | {r['rollout_workers']} | {r['concurrent_episodes']} | {r['nodes']} | {r['episodes_per_s']:.1f} "
+            f"| {r['env_steps_per_s']:.1f} | {r['mean_turns']:.2f} | {x['median']:.2f}x ({x['min']:.2f}-{x['max']:.2f}) |"
+        )
     return "\n".join(lines)
 
 

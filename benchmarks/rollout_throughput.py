@@ -7,13 +7,17 @@ exported to the Hugging Face folder both sides load. Prompts are the repo's prog
 cycled to the batch size. Every completion is exactly `--tokens` long on both sides (vLLM
 `min_tokens`, HF `min_new_tokens`), sampled at temperature 1. Both get 2 threads: the rollout
 actor reserves 2 CPUs (the default job's `rollout.num_cpus`), HF runs in this process with
-`torch.set_num_threads(2)`. The rlsvc side is timed at the caller, so each Ray call's overhead
+`torch.set_num_threads(2)`, both with OpenMP's default wait policy. The rlsvc side is timed at the caller, so each Ray call's overhead
 counts against it, and it also returns the sampled tokens' logprobs (GRPO needs them), which
-HF's plain `generate` does not compute.
+HF's plain `generate` does not compute. At each batch size the two sides alternate call by call
+(benchmarks/pairs.py): the ratio is the median of the per-pair ratios, with their min and max.
+This model is tiny (0.3M parameters): the table measures per-call and per-token fixed costs;
+benchmarks/rollout_representative.py measures a GRPO-shaped batch on a 28M-parameter model.
 
-    python -m benchmarks.rollout_throughput [--batches 1 16 256] [--tokens 64] [--repeats 3]
+    python -m benchmarks.rollout_throughput [--batches 1 16 256] [--tokens 64] [--pairs 5]
 
-Results: a Markdown table on stdout and benchmarks/results/rollout_throughput.json.
+Results: benchmarks/results/rollout_throughput.json, and its table in rollout_throughput.md (and
+on stdout).
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
+from benchmarks.pairs import alternate, spread
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -51,6 +55,16 @@ def prompts_for(tokenizer, batch: int, max_len: int) -> list[list[int]]:
 
     texts = [p.prompt for p in load_problems()]
     return [tokenizer.encode(texts[i % len(texts)], add_special_tokens=False)[:max_len] for i in range(batch)]
+
+
+def worker_env() -> dict:
+    """The rollout actor's runtime env: the job's worker variables, `THREADS` OpenMP threads and
+    OpenMP's own wait policy, as the HF side has. The job's PASSIVE (`WORKER_ENV`) is for actors
+    that share cores; here each side has the machine to itself while it runs, as a rollout
+    worker on a node of its own does (benchmarks/rollout_representative.py measures it)."""
+    from rlsvc.cluster.ray_setup import WORKER_ENV
+
+    return {"env_vars": {**{k: v for k, v in WORKER_ENV.items() if k != "OMP_WAIT_POLICY"}, "OMP_NUM_THREADS": str(THREADS)}}
 
 
 def vllm_generate(worker, prompts: list[list[int]], tokens: int) -> None:
@@ -81,24 +95,13 @@ def hf_generate(model, pad_id: int, prompts: list[list[int]], tokens: int) -> No
     assert out.shape[1] - width == tokens, "HF completions of the wrong length"
 
 
-def timed(fn, repeats: int, warmup: int) -> tuple[float, list[float]]:
-    # warm-up: the first calls of a shape are slow (allocations, kernel selection; measured in
-    # the rollout actor: 2.9k, 5.0k, 5.7k, 7.4k tok/s on four calls in a row at batch 256)
-    for _ in range(warmup):
-        fn()
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t0)
-    return statistics.median(runs), runs
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 16, 256])
     ap.add_argument("--tokens", type=int, default=64, help="generated tokens per completion (exactly)")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--pairs", type=int, default=5)
+    # the first calls of a shape are slow (allocations, kernel selection; measured in the rollout
+    # actor: 2.9k, 5.0k, 5.7k, 7.4k tok/s on four calls in a row at batch 256)
     ap.add_argument("--warmup", type=int, default=2, help="untimed calls per batch size and side first")
     return ap
 
@@ -111,7 +114,6 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from rlsvc.cluster.actors import RolloutWorker
-    from rlsvc.cluster.ray_setup import WORKER_ENV
     from rlsvc.models.tokenizer import load_tokenizer
     from rlsvc.rollout.spec import EngineSpec
 
@@ -122,9 +124,9 @@ def main() -> None:
         cfg = build_model(folder)
         tokenizer = load_tokenizer(folder)
         prompt_len = cfg.max_seq_len - args.tokens
-        ray.init(num_cpus=THREADS + 1, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
+        env = worker_env()
+        ray.init(num_cpus=THREADS + 1, include_dashboard=False, runtime_env=env)
         try:
-            env = {"env_vars": {**WORKER_ENV, "OMP_NUM_THREADS": str(THREADS)}}
             engine = EngineSpec(
                 max_model_len=cfg.max_seq_len,
                 kv_cache_gb=1,
@@ -139,22 +141,24 @@ def main() -> None:
             for batch in args.batches:
                 prompts = prompts_for(tokenizer, batch, prompt_len)
                 tokens = batch * args.tokens
-                v_s, v_runs = timed(lambda p=prompts: vllm_generate(worker, p, args.tokens), args.repeats, args.warmup)
-                h_s, h_runs = timed(lambda p=prompts: hf_generate(hf, tokenizer.pad_token_id, p, args.tokens), args.repeats, args.warmup)
+                pairs = alternate(
+                    lambda _, p=prompts: vllm_generate(worker, p, args.tokens),
+                    lambda _, p=prompts: hf_generate(hf, tokenizer.pad_token_id, p, args.tokens),
+                    args.pairs,
+                    args.warmup,
+                )
+                v_s, h_s = statistics.median(p["a_s"] for p in pairs), statistics.median(p["b_s"] for p in pairs)
                 row = {
                     "batch": batch,
                     "tokens": tokens,
-                    "vllm_s": v_s,
-                    "hf_s": h_s,
                     "vllm_tokens_per_s": tokens / v_s,
                     "hf_tokens_per_s": tokens / h_s,
-                    "ratio": h_s / v_s,
-                    "vllm_runs": v_runs,
-                    "hf_runs": h_runs,
+                    "ratio": spread([p["ratio"] for p in pairs]),
+                    "pairs": pairs,
                 }
                 rows.append(row)
                 print(
-                    f"batch {batch}: rlsvc/vLLM {row['vllm_tokens_per_s']:.0f} tok/s, HF generate {row['hf_tokens_per_s']:.0f} tok/s, {row['ratio']:.2f}x",
+                    f"batch {batch}: rlsvc/vLLM {row['vllm_tokens_per_s']:.0f} tok/s, HF generate {row['hf_tokens_per_s']:.0f} tok/s, {row['ratio']['median']:.2f}x",
                     flush=True,
                 )
             ray.get(worker.close.remote())
@@ -163,17 +167,23 @@ def main() -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     data = {"args": vars(args), "threads": THREADS, "model_params": sum(p.numel() for p in hf.parameters()), "rows": rows}
     RESULTS.write_text(json.dumps(data, indent=2))
+    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
     print(markdown(data))
 
 
 def markdown(data: dict) -> str:
     lines = [
         f"code_tiny policy ({data['model_params'] / 1e6:.1f}M parameters), {data['args']['tokens']} sampled tokens per completion, "
-        f"{data['threads']} threads each, median of {data['args']['repeats']}\n",
+        f"{data['threads']} threads each; {data['args']['pairs']} alternating pairs per batch size: median tokens/s of each side, "
+        "median (min-max) of the per-pair ratios\n",
         "| batch | rlsvc rollout worker (vLLM) tok/s | HF `generate` tok/s | rlsvc / HF |",
         "|---|---|---|---|",
     ]
-    lines += [f"| {r['batch']} | {r['vllm_tokens_per_s']:.0f} | {r['hf_tokens_per_s']:.0f} | {r['ratio']:.2f}x |" for r in data["rows"]]
+    lines += [
+        f"| {r['batch']} | {r['vllm_tokens_per_s']:.0f} | {r['hf_tokens_per_s']:.0f} | "
+        f"{r['ratio']['median']:.2f}x ({r['ratio']['min']:.2f}-{r['ratio']['max']:.2f}) |"
+        for r in data["rows"]
+    ]
     return "\n".join(lines)
 
 

@@ -1,9 +1,10 @@
-"""The `--quick` modes of the step benchmarks, run for real (CI runs them; `make bench` runs the
-full ones): the step speed-up against the commit before the overhead work, and the compute
-floor. Each must produce its results, and what they assert about learning must hold: both sides
-of the speed-up, and the one-process floor and the real job, play the same episodes (equal
-training returns step by step), since every step's deals and sampling seeds follow from the run
-seed. No timing is asserted: the figures are measurements, reported in benchmarks/results/."""
+"""The `--quick` modes of the step and rollout benchmarks, run for real (CI runs them; `make
+bench` runs the full ones): the step speed-up against the commit before the overhead work, the
+compute floor, and the representative rollout comparison. Each must produce its results, and
+what they assert must hold: both sides of the speed-up, and the one-process floor and the real
+job, play the same episodes (equal training returns step by step), since every step's deals and
+sampling seeds follow from the run seed; vLLM and HF produce the same useful tokens. No timing is
+asserted: the figures are measurements, reported in benchmarks/results/."""
 
 from __future__ import annotations
 
@@ -44,3 +45,14 @@ def test_compute_floor_quick_plays_the_jobs_episodes(tmp_path: Path):
     assert len(pair["floor"]["step_s"]) == len(pair["job"]["time/step_s"]) == 3
     assert data["steps_identical"] == 3, (pair["floor"]["returns"], pair["job"]["return_mean"])
     assert data["job_step_s"] > 0 and data["overhead_vs_floor"] < 1
+
+
+def test_rollout_representative_quick_compares_equal_work(tmp_path: Path):
+    from benchmarks.__main__ import SUITE
+
+    (bench,) = [b for b in SUITE if b.module == "rollout_representative"]
+    data = run_bench("rollout_representative", bench.quick_args, tmp_path)
+    (pair,) = data["pairs"]
+    assert pair["useful_tokens"] == sum(data["lengths"][0])  # both sides sampled these lengths
+    assert pair["vllm_s"] > 0 and pair["hf_s"] > 0 and math.isclose(pair["ratio"], pair["hf_s"] / pair["vllm_s"])
+    assert 0 < data["hf_padding"]["median"] < 1

