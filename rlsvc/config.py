@@ -368,8 +368,10 @@ class BufferConfig(Strict):
 
 
 class WeightSyncConfig(Strict):
-    type: Literal["ray", "shm", "broadcast", "monarch", "torchstore"] = "monarch"
-    """Transport trainer -> rollout workers: `ray` the object store (zero-copy on one node),
+    type: Literal["auto", "ray", "shm", "broadcast", "monarch", "torchstore"] = "auto"
+    """Transport trainer -> rollout workers: `auto` is `shm` when trainer rank 0 and every rollout
+    worker are on one node, else `monarch` (`broadcast` without torchmonarch), chosen again
+    whenever a replaced actor rebuilds the transport; `ray` the object store (zero-copy on one node),
     `shm` one reused shared-memory file (trainer rank 0 and the workers on one node; fastest),
     `broadcast` a gloo/NCCL group of trainer rank 0 and the rollout workers, `monarch` RDMA
     buffers over a Monarch mesh joined by the Ray-placed processes, `torchstore` TorchStore's

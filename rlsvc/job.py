@@ -146,7 +146,7 @@ def train(
         checkpoint(0)  # a policy actor lost before the first periodic checkpoint restarts from here
     else:
         ledger(rewind_to=at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone
-    ray_metrics = RayStepMetrics(transcripts.parent.name, cfg.weight_sync.type)
+    ray_metrics = RayStepMetrics(transcripts.parent.name, loop.sync.kind or cfg.weight_sync.type)
     with Progress(
         TextColumn("step"),
         MofNCompleteColumn(),
@@ -288,6 +288,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         trainer_setup = setup_trainers(cfg, svc, model)
 
         loop = (AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, svc, codec)
+        tracker.set_tags({"rlsvc.weight_sync": loop.sync.kind})  # `auto` resolved
         at = TrainingStart()
         warm_loss = float("nan")
         if resume is not None:  # the checkpoint's weights, optimiser, reference, buffer and counters

@@ -44,6 +44,9 @@ class Staged:
 
 
 class WeightSync(ABC):
+    kind = ""
+    """The transport (`weight_sync.type`, `auto` resolved), set by whoever builds it."""
+
     @abstractmethod
     def stage(self, version: int) -> Staged:
         """Publish the trainer's current weights as `version` (all trainer ranks take part)."""
@@ -62,6 +65,16 @@ class WeightSync(ABC):
         """Release transport resources on every actor (files, registered buffers, stores); an
         actor that has died has nothing left to release, and one stuck past `timeout_s` (a
         trainer rank waiting in a collective for a dead peer) is about to be replaced."""
+
+
+def choose_transport(nodes: list[str], monarch: bool) -> str:
+    """`weight_sync.type=auto` for trainer rank 0 and the rollout workers on `nodes`: `shm` when
+    they share one node (the trainer writes each byte once, straight into the engines' weights:
+    56-59% of memcpy speed at 100M and 500M parameters here, against 5-6% for `monarch`), else
+    `monarch` where torchmonarch is installed, else `broadcast`."""
+    if len(set(nodes)) == 1:
+        return "shm"
+    return "monarch" if monarch else "broadcast"
 
 
 def unavailable_reason(kind: str) -> str | None:

@@ -72,7 +72,7 @@ def assert_serving_trainer_weights(trainers, workers, version: int) -> None:
         assert torch.allclose(trainer_lp, engine_lp, atol=1e-4), (trainer_lp, engine_lp)
 
 
-@pytest.mark.parametrize("kind", ["ray", "shm", "broadcast", "monarch", "torchstore"])
+@pytest.mark.parametrize("kind", ["auto", "ray", "shm", "broadcast", "monarch", "torchstore"])
 def test_transport_delivers_the_trainers_weights(fleet, kind) -> None:
     from rlsvc.cluster.weight_sync.base import build_weight_sync
     from rlsvc.weight_sync.base import unavailable_reason
@@ -85,6 +85,8 @@ def test_transport_delivers_the_trainers_weights(fleet, kind) -> None:
         return
     # 1 MB buckets: the 1.6 MB model goes in several buckets, exercising the streamed load
     sync = build_weight_sync(kind, trainers, workers, bucket_mb=1, verify=True)
+    # one node here: `auto` is the shared-memory transport
+    assert sync.kind == ("shm" if kind == "auto" else kind)
     try:
         before = None
         for _ in range(2):

@@ -4,7 +4,7 @@ no Ray (the transports' driver side is rlsvc/cluster/weight_sync/)."""
 import subprocess
 import sys
 
-from rlsvc.weight_sync.base import Staged, WeightSync
+from rlsvc.weight_sync.base import Staged, WeightSync, choose_transport
 from rlsvc.weight_sync.manifest import build_manifest
 
 RAY_FREE = [
@@ -47,3 +47,9 @@ def test_push_is_stage_then_apply_with_every_phase_timed():
     assert sync.applied == [7]
     assert timings["sync/gather_s"] == 0.5 and timings["sync/load_s"] == 0.25
     assert timings["sync/total_s"] >= 0
+
+
+def test_auto_transport_is_shared_memory_on_one_node():
+    assert choose_transport(["n1", "n1", "n1"], monarch=True) == "shm"
+    assert choose_transport(["n1", "n2", "n1"], monarch=True) == "monarch"
+    assert choose_transport(["n1", "n2"], monarch=False) == "broadcast"

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from rlsvc.weight_sync.base import TRANSPORTS, Staged, WeightSync, unavailable_reason
+from rlsvc.weight_sync.base import TRANSPORTS, Staged, WeightSync, choose_transport, unavailable_reason
 
 if TYPE_CHECKING:
     from rlsvc.weight_sync.manifest import Manifest
@@ -57,8 +57,12 @@ def node_ips(actors: list[Any]) -> list[str]:
 
 
 def build_weight_sync(kind: str, trainers: list[Any], rollout_workers: list[Any], bucket_mb: int = 64, verify: bool = True) -> WeightSync:
-    cls = _transport_class(kind)
-    return cls(trainers, rollout_workers, bucket_bytes=bucket_mb << 20, verify=verify)
+    if kind == "auto":
+        nodes = ray.get([a.node_id.remote() for a in [trainers[0], *rollout_workers]])
+        kind = choose_transport(nodes, monarch=unavailable_reason("monarch") is None)
+    sync = _transport_class(kind)(trainers, rollout_workers, bucket_bytes=bucket_mb << 20, verify=verify)
+    sync.kind = kind
+    return sync
 
 
 def _transport_class(kind: str) -> type[RayWeightSync]:
