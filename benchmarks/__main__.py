@@ -201,7 +201,7 @@ def machine() -> str:
 
 def markdown(results: dict[str, dict], quick: bool, started: str, total_s: float, on: str | None = None) -> str:
     lines = [
-        f"Measured {started} on {on or machine()}, in {total_s / 60:.1f} min"
+        f"Measured {started} on {on or machine()}; the benchmarks below took {total_s / 60:.1f} min"
         + (" (`--quick`: a smoke run, not a measurement)" if quick else "")
         + ".\n",
         "| target | measured | met |",
