@@ -5,7 +5,9 @@ same bytes measured in the same run (the physical limit on one node).
 
     python -m benchmarks.weight_sync [--sizes 10,100,500] [--transports ray,broadcast,monarch]
 
-Each push is timed with verification off; one verified push per transport then checks that the
+Each push is timed with verification off, alternating with a memory copy of the same bytes (push,
+copy, then copy, push, ...: benchmarks/pairs.py); the ratio to memcpy is the median of the
+per-pair ratios, with their min and max. One verified push per transport then checks that the
 engines hold exactly the trainer's weights (digest of what each engine loaded == the trainer's).
 Results: a Markdown table on stdout and benchmarks/results/weight_sync.json.
 """
@@ -17,7 +19,6 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -27,6 +28,7 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 
 from benchmarks import RESULTS_DIR  # noqa: E402
+from benchmarks.pairs import alternate, spread  # noqa: E402
 from rlsvc.cluster.actors import RolloutWorker, TrainerWorker  # noqa: E402
 from rlsvc.cluster.ray_setup import WORKER_ENV  # noqa: E402
 from rlsvc.cluster.weight_sync.base import build_weight_sync  # noqa: E402
@@ -48,16 +50,16 @@ def model_for(millions: int) -> ModelConfig:
     )
 
 
-def memcpy_s(nbytes: int, repeats: int = 5) -> float:
-    """Best of `repeats` copies of `nbytes` between two already-touched buffers."""
-    src = torch.ones(nbytes, dtype=torch.uint8)
-    dst = torch.zeros(nbytes, dtype=torch.uint8)
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        best = min(best, time.perf_counter() - t0)
-    return best
+class Memcpy:
+    """Copies of `nbytes` between two buffers touched once up front."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.src = torch.ones(nbytes, dtype=torch.uint8)
+        self.dst = torch.zeros(nbytes, dtype=torch.uint8)
+        self.dst.copy_(self.src)
+
+    def __call__(self, _: int = 0) -> None:
+        self.dst.copy_(self.src)
 
 
 def start_fleet(cfg: ModelConfig, workdir: Path, n_workers: int, threads: int):
@@ -84,12 +86,17 @@ def bench_size(millions: int, transports: list[str], n_workers: int, repeats: in
         trainer, workers = start_fleet(cfg, Path(tmp), n_workers, threads)
         nbytes = 4 * ray.get(workers[0].num_parameters.remote())  # float32
         try:
+            memcpy = Memcpy(nbytes)
             for kind in transports:
                 sync = build_weight_sync(kind, [trainer], workers, bucket_mb=64, verify=False)
                 runs = []
-                for _ in range(repeats + 1):  # the first push registers buffers, warms caches
+
+                def push(_: int, sync=sync, runs=runs) -> None:
                     version[0] += 1
                     runs.append(sync.push(version[0]))
+
+                # a = memcpy, b = push, alternating; the warm-up push registers buffers, warms caches
+                pairs = alternate(memcpy, push, repeats, warmup=1)
                 # one verified push: each engine's digest of what it loaded == the trainer's
                 ray.get(trainer.ws_configure.remote(64 << 20, True))
                 version[0] += 1
@@ -97,12 +104,14 @@ def bench_size(millions: int, transports: list[str], n_workers: int, repeats: in
                 ray.get(trainer.ws_configure.remote(64 << 20, False))
                 assert len(set(ray.get([w.fingerprint.remote() for w in workers]))) == 1, "engines disagree"
                 sync.close()
-                copy_s = memcpy_s(nbytes)
                 runs = runs[1:]
                 med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+                copy_s = statistics.median(p["a_s"] for p in pairs)
                 row = {"params_m": nbytes / 4e6, "transport": kind, "bytes": nbytes, "memcpy_s": copy_s, **med, "runs": runs}
                 row["gb_per_s"] = nbytes / med["sync/total_s"] / 1e9
-                row["ratio_to_memcpy"] = copy_s / med["sync/total_s"]
+                # per pair: memcpy seconds / push seconds (the push's share of memcpy bandwidth)
+                row["ratio_spread"] = spread([1 / p["ratio"] for p in pairs])
+                row["ratio_to_memcpy"] = row["ratio_spread"]["median"]
                 rows.append(row)
                 print(
                     f"  {row['params_m']:.0f}M {kind}: {med['sync/total_s']:.3f}s ({row['gb_per_s']:.2f} GB/s, {row['ratio_to_memcpy']:.0%} of memcpy)",
@@ -116,6 +125,11 @@ def bench_size(millions: int, transports: list[str], n_workers: int, repeats: in
     return rows
 
 
+def ratio(row: dict) -> str:
+    x = row.get("ratio_spread")
+    return f"{row['ratio_to_memcpy']:.0%} ({x['min']:.0%}-{x['max']:.0%})" if x else f"{row['ratio_to_memcpy']:.0%}"
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| model | transport | gather s | transfer s | load s | total s | GB/s | memcpy GB/s | ratio |",
@@ -126,7 +140,7 @@ def table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['params_m']:.0f}M ({r['bytes'] / 1e9:.2f} GB) | {r['transport']} | {r['sync/gather_s']:.3f} | {transfer:.3f} | "
             f"{r['sync/load_s']:.3f} | {r['sync/total_s']:.3f} | {r['gb_per_s']:.2f} | {r['bytes'] / r['memcpy_s'] / 1e9:.2f} | "
-            f"{r['ratio_to_memcpy']:.0%} |"
+            f"{ratio(r)} |"
         )
     return "\n".join(lines)
 
@@ -136,7 +150,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--sizes", default="10,100,500", help="model sizes in millions of parameters")
     ap.add_argument("--transports", default="shm,ray,broadcast,monarch")
     ap.add_argument("--workers", type=int, default=1, help="rollout engines to update")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5, help="timed pushes, each paired with a memcpy")
     ap.add_argument("--threads", type=int, default=2, help="torch threads per actor (the default job's num_cpus)")
     return ap
 
@@ -189,7 +203,8 @@ def markdown(data: dict) -> str:
             best[size] = r
     note = "; ".join(f"{size}M: {r['transport']} {r['ratio_to_memcpy']:.0%}" for size, r in best.items())
     return (
-        f"1 trainer rank -> {data['workers']} vLLM engine(s), {data['threads']} threads each; median of the timed pushes\n\n"
+        f"1 trainer rank -> {data['workers']} vLLM engine(s), {data['threads']} threads each; median of the timed pushes; "
+        "ratio: median (min-max) of memcpy / push over pushes alternating with copies of the same bytes\n\n"
         + table(rows)
         + f"\n\nBest transport per model, share of memcpy bandwidth: {note}"
     )
