@@ -9,7 +9,7 @@ Each push is timed with verification off, alternating with a memory copy of the 
 copy, then copy, push, ...: benchmarks/pairs.py); the ratio to memcpy is the median of the
 per-pair ratios, with their min and max. One verified push per transport then checks that the
 engines hold exactly the trainer's weights (digest of what each engine loaded == the trainer's).
-Results: a Markdown table on stdout and benchmarks/results/weight_sync.json.
+Results: benchmarks/results/weight_sync.json, its table in weight_sync.md, and on stdout.
 """
 
 from __future__ import annotations
@@ -185,6 +185,7 @@ def main() -> None:
             indent=2,
         )
     )
+    RESULTS.with_suffix(".md").write_text(markdown(json.loads(RESULTS.read_text())) + "\n")
     print(table(rows))
 
 

@@ -1,10 +1,10 @@
-"""The `--quick` modes of the step and rollout benchmarks, run for real (CI runs them; `make
-bench` runs the full ones): the step speed-up against the commit before the overhead work, the
-compute floor, and the representative rollout comparison. Each must produce its results, and
-what they assert must hold: both sides of the speed-up, and the one-process floor and the real
-job, play the same episodes (equal training returns step by step), since every step's deals and
-sampling seeds follow from the run seed; vLLM and HF produce the same useful tokens. No timing is
-asserted: the figures are measurements, reported in benchmarks/results/."""
+"""The `--quick` modes of the step, rollout, env-scaling and weight-sync benchmarks, run for real
+(CI runs them; `make bench` runs the full ones). Each must produce its results, and what they
+assert must hold: both sides of the step speed-up, and the one-process floor and the real job,
+play the same episodes (equal training returns step by step), since every step's deals and
+sampling seeds follow from the run seed; vLLM and HF produce the same useful tokens; the
+env-scaling policy plays whole hands; every weight-sync transport delivers the trainer's weights.
+No timing is asserted: the figures are measurements, reported in benchmarks/results/."""
 
 from __future__ import annotations
 
@@ -48,11 +48,29 @@ def test_compute_floor_quick_plays_the_jobs_episodes(tmp_path: Path):
 
 
 def test_rollout_representative_quick_compares_equal_work(tmp_path: Path):
-    from benchmarks.__main__ import SUITE
-
-    (bench,) = [b for b in SUITE if b.module == "rollout_representative"]
-    data = run_bench("rollout_representative", bench.quick_args, tmp_path)
+    data = run_bench("rollout_representative", quick_args("rollout_representative"), tmp_path)
     (pair,) = data["pairs"]
     assert pair["useful_tokens"] == sum(data["lengths"][0])  # both sides sampled these lengths
     assert pair["vllm_s"] > 0 and pair["hf_s"] > 0 and math.isclose(pair["ratio"], pair["hf_s"] / pair["vllm_s"])
     assert 0 < data["hf_padding"]["median"] < 1
+
+
+def quick_args(module: str) -> list[str]:
+    from benchmarks.__main__ import SUITE
+
+    (bench,) = [b for b in SUITE if b.module == module]
+    return bench.quick_args
+
+
+def test_env_scaling_quick_plays_whole_hands(tmp_path: Path):
+    data = run_bench("env_scaling", quick_args("env_scaling"), tmp_path)
+    assert [r["env_actors"] for r in data["rows"]] == [1, 2]
+    for row in data["rows"]:
+        # constrained answers: every hand is played, none ends on an invalid answer
+        assert row["invalid_share"] == 0 and row["mean_turns"] > 1 and row["env_steps_per_s"] > row["episodes_per_s"]
+
+
+def test_weight_sync_quick_delivers_and_compares_with_memcpy(tmp_path: Path):
+    data = run_bench("weight_sync", quick_args("weight_sync"), tmp_path)  # a verified push per transport inside
+    assert {r["transport"] for r in data["rows"]} == {"shm", "ray"}
+    assert all(0 < r["ratio_spread"]["min"] <= r["ratio_to_memcpy"] <= r["ratio_spread"]["max"] for r in data["rows"])
