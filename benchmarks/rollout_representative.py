@@ -37,6 +37,7 @@ import json
 import os
 import random
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
@@ -109,8 +110,6 @@ class IdleCpu:
         self.process, self.cpu_s, self.wall_s = process, 0.0, 0.0
 
     def during(self, fn, *args) -> None:
-        import time
-
         t0, c0 = time.perf_counter(), sum(self.process.cpu_times()[:2])
         fn(*args)
         self.cpu_s += sum(self.process.cpu_times()[:2]) - c0

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import metric_histories, run_job
+from benchmarks.pairs import spread
 
 RESULTS = RESULTS_DIR / "step_speedup.json"
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,10 +68,6 @@ def measure(name: str, overrides: list[str], out: Path, tree: Path | None, skip:
         "final_return": result["eval"]["mean_return"],
         "steps": result["steps"],
     }
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def parser() -> argparse.ArgumentParser:
