@@ -185,6 +185,12 @@ class RolloutConfig(Strict):
     """Ray CPUs reserved per rollout worker (also its thread count)."""
     num_gpus: float = Field(0.0, ge=0)
     """Ray GPUs per rollout worker (0 on CPU machines)."""
+    slot_groups: int = Field(1, ge=1)
+    """Split the env slots into this many groups, each played by its own driver thread: while
+    one group's actions are in the environments, another group's next prompts are generated,
+    so an environment's latency (a remote sandbox's round trip) overlaps generation. Each env
+    actor then takes this many calls at once (Ray's `max_concurrency`). Episodes are the same
+    for any value: sampling seeds depend on the episode and turn only."""
     asynchronous: bool = False
     """Keep playing episodes while the trainer steps (rlsvc/async_loop.py); batches may be up to
     `buffer.max_staleness` versions behind (0 keeps the synchronous schedule)."""

@@ -158,7 +158,9 @@ class GRPOLoop:
     """The frozen reference's logprobs of rows already scored; training checkpoints save it."""
 
     def __post_init__(self) -> None:
-        self.runner = RolloutRunner(self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns, self.cfg.rollout.context)
+        self.runner = RolloutRunner(
+            self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns, self.cfg.rollout.context, self.cfg.rollout.slot_groups
+        )
         self.allowed = self.codec.allowed_token_ids if self.cfg.rollout.constrained_actions else None
         self.sync = self.new_sync()
         self.nonfinite = NonFiniteGuard(self.cfg.faults.max_nonfinite_steps)

@@ -4,6 +4,7 @@ calls fan out to every actor at once and the results come back in the caller's o
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -77,10 +78,21 @@ class RayEnvFleet:
         self.failures = 0
         """Env actor calls lost to a dead actor since `take_failures` was last called."""
         self._streak = [0] * len(actors)
+        self._lock = threading.Lock()  # the runner's slot groups call from their own threads
 
     def take_failures(self) -> int:
-        n, self.failures = self.failures, 0
+        with self._lock:
+            n, self.failures = self.failures, 0
         return n
+
+    def _failed(self, a: int | None = None) -> int:
+        """Count one lost call (and, with `a`, one more in that actor's streak); the streak."""
+        with self._lock:
+            self.failures += 1
+            if a is None:
+                return 0
+            self._streak[a] += 1
+            return self._streak[a]
 
     def session_stats(self) -> dict[str, int]:
         """The env actors' session counters, summed (rlsvc/envs/openenv_pool.py `EnvPool.stats`:
@@ -118,7 +130,7 @@ class RayEnvFleet:
                 values = ray.get(ref)
                 self._streak[a] = 0
                 if any(isinstance(v, LostEpisode) for v in values):
-                    self.failures += 1  # a restarted actor reported sessions begun on its predecessor
+                    self._failed()  # a restarted actor reported sessions begun on its predecessor
                 return values
             except ray.exceptions.ActorUnavailableError:
                 # Restarting. A reset begins new episodes, so it is simply sent again once the
@@ -127,15 +139,14 @@ class RayEnvFleet:
                     time.sleep(0.5)
                     ref = getattr(self.actors[a], method).remote(sessions, args)
                     continue
-                self.failures += 1
+                self._failed()
                 log.warning("env actor %d is restarting: %d sessions of this %s lost", a, len(sessions), method)
                 return [LostEpisode() for _ in sessions]
             except ray.exceptions.RayActorError as e:
-                self.failures += 1
-                self._streak[a] += 1
+                streak = self._failed(a)
                 log.warning("env actor %d died during %s (%d sessions lost): %s", a, method, len(sessions), type(e).__name__)
-                if self._streak[a] >= self.max_consecutive_failures:
-                    raise EnvActorGone(f"env actor {a} failed {self._streak[a]} calls in a row (restarts used up?)") from e
+                if streak >= self.max_consecutive_failures:
+                    raise EnvActorGone(f"env actor {a} failed {streak} calls in a row (restarts used up?)") from e
                 return [LostEpisode() for _ in sessions]
 
     def reset(self, slots: list[int], seeds: list[int]) -> list[Any]:

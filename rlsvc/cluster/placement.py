@@ -53,6 +53,8 @@ class Placement:
     calls are safe to repeat (scoring; the buffer, whose old contents die with it)."""
     threads: int | None = None
     """torch/vLLM threads of each actor (OMP_NUM_THREADS); None: the CPUs it reserves."""
+    max_concurrency: int = 1
+    """Calls an actor runs at once (Ray threaded actor when > 1)."""
 
     def options(self, index: int | None = None) -> dict:
         # torch/vLLM size their thread pools from OMP_NUM_THREADS: match the CPUs reserved.
@@ -66,6 +68,8 @@ class Placement:
             opts["name"] = actor_name(self.role, index, self.count)
         if self.spread:
             opts["scheduling_strategy"] = "SPREAD"
+        if self.max_concurrency > 1:
+            opts["max_concurrency"] = self.max_concurrency
         if self.max_restarts:
             opts["max_restarts"] = self.max_restarts
             opts["max_task_retries"] = -1 if self.retry_calls else 0
@@ -131,6 +135,8 @@ def planned(cfg: Config) -> dict[Role, Placement]:
             restarts,
             RESTARTED_ROLES.get(role, False),
             role_threads(cfg).get(role),
+            # the runner's slot groups step their disjoint sessions at the same time
+            cfg.rollout.slot_groups if role == "env" else 1,
         )
     return out
 

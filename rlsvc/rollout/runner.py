@@ -7,6 +7,7 @@ It depends only on two small interfaces, so it runs the same over Ray actor hand
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,25 @@ class PromptCodec(Protocol):
     def next_turn(self, sequence: list[int], obs: Any) -> list[int] | None: ...
 
 
+class _Shared:
+    """An iterator several threads take items from, each item once; `close` ends it for all."""
+
+    def __init__(self, items: Iterator[Any]) -> None:
+        self._items = items
+        self._lock = threading.Lock()
+
+    def __iter__(self) -> _Shared:
+        return self
+
+    def __next__(self) -> Any:
+        with self._lock:
+            return next(self._items)
+
+    def close(self) -> None:
+        with self._lock:
+            self._items = iter(())
+
+
 def _outcome(obs: Any) -> str | None:
     outcome = getattr(obs, "outcome", None)
     if outcome is None:
@@ -82,8 +102,13 @@ class RolloutRunner:
     """`turn`: each decision's prompt is the latest observation; `episode`: an episode is one
     token sequence, each turn's prompt all earlier tokens plus the environment's reply
     (`codec.next_turn`), which vLLM receives as token ids (see `Episode.continued`)."""
-    # seconds the last `collect` spent waiting on the generator and on the environments; the
-    # rest of its wall time is this loop's own work (prompt encoding, parsing, bookkeeping)
+    slot_groups: int = 1
+    """The fleet's slots split into this many groups, each played by its own thread: while one
+    group's actions are in the environments (a remote sandbox's round trip), another group's
+    prompts are generated. The fleet must take concurrent calls on disjoint slots."""
+    # seconds the last `collect` spent waiting on the generator and on the environments, summed
+    # over the slot groups (with several groups they overlap, so they may add up to more than
+    # the wall time); the rest is this loop's own work (prompt encoding, parsing, bookkeeping)
     last_timing: dict[str, float] = field(default_factory=dict)
 
     def collect(self, group_seeds: Sequence[tuple[int, int]], group_size: int, version: int, sample_seed: int) -> list[Episode]:
@@ -100,16 +125,38 @@ class RolloutRunner:
         jobs = [(gid, seed) for gid, seed in group_seeds for _ in range(group_size)]
         episodes = [Episode(group_id=gid, policy_version=version) for gid, _ in jobs]
         self._timing = {"generate_s": 0.0, "env_s": 0.0}
-        self._play(jobs, episodes, sample_seed)
+        self._lock = threading.Lock()
+        waiting = _Shared(enumerate(jobs))
+        slots = list(range(min(self.fleet.num_slots, len(jobs))))
+        k = max(1, min(self.slot_groups, len(slots)))
+        groups = [slots[len(slots) * g // k : len(slots) * (g + 1) // k] for g in range(k)]
+        if k == 1:
+            self._play(groups[0], waiting, episodes, sample_seed)
+        else:  # each group streams episodes from the shared queue; seeds do not depend on which group
+            errors: list[BaseException] = []
+
+            def play(group: list[int]) -> None:
+                try:
+                    self._play(group, waiting, episodes, sample_seed)
+                except BaseException as err:  # re-raised in the caller's thread below
+                    errors.append(err)
+                    waiting.close()
+
+            threads = [threading.Thread(target=play, args=(g,), name=f"rlsvc-slots-{i}", daemon=True) for i, g in enumerate(groups)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
         self.last_timing = self._timing
         return episodes
 
-    def _play(self, jobs: list[tuple[int, int]], episodes: list[Episode], sample_seed: int) -> None:
-        waiting = iter(enumerate(jobs))
+    def _play(self, free: list[int], waiting: Iterator[tuple[int, tuple[int, int]]], episodes: list[Episode], sample_seed: int) -> None:
+        """Play episodes from `waiting` on the slots `free` until none is left."""
         running: dict[int, int] = {}  # slot -> job
         obs: dict[int, Any] = {}  # slot -> the observation its episode acts on next
         observe = self.codec.observe
-        free = list(range(min(self.fleet.num_slots, len(jobs))))
         while True:
             self._start(free, waiting, running, obs, episodes)
             if not running:
@@ -204,7 +251,8 @@ class RolloutRunner:
         try:
             return fn(*args)
         finally:
-            self._timing[phase] += time.perf_counter() - t0
+            with self._lock:
+                self._timing[phase] += time.perf_counter() - t0
 
     @staticmethod
     def _finish(ep: Episode, obs: Any) -> None:

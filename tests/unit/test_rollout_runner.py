@@ -3,6 +3,10 @@ scripted answer function as the generator (the real ones are covered by integrat
 
 from __future__ import annotations
 
+import threading
+import time
+
+import pytest
 from conftest import RulesFleet
 
 from rlsvc.models.tokenizer import build_tokenizer
@@ -89,3 +93,79 @@ def test_ended_episodes_free_their_slot_for_the_next_one():
     decisions = sum(len(texts) for _, texts, _, _ in few)
     assert decisions == 97 and sizes == [10] * 9 + [5, 2]  # full until the queue is empty
     # (waves of 10 slots would make 7 waves of up to 4 turns each, every turn a call)
+
+
+class SlowFleet(RulesFleet):
+    """RulesFleet whose steps take `latency_s`, recording how many steps were in flight at once."""
+
+    def __init__(self, num_slots: int, latency_s: float) -> None:
+        super().__init__(num_slots)
+        self.latency_s = latency_s
+        self.in_flight = self.most_in_flight = 0
+        self.lock = threading.Lock()
+
+    def step(self, slots, actions):
+        with self.lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        time.sleep(self.latency_s)
+        try:
+            return super().step(slots, actions)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+class GenerateWhileStepping(SeededRandom):
+    """Counts generate calls made while some group's env step was in flight."""
+
+    def __init__(self, codec: BlackjackCodec, fleet: SlowFleet) -> None:
+        super().__init__(codec)
+        self.fleet = fleet
+        self.overlapped = 0
+
+    def generate(self, prompts, seeds):
+        self.overlapped += self.fleet.in_flight > 0
+        return super().generate(prompts, seeds)
+
+
+def test_slot_groups_overlap_generation_with_env_steps_and_play_the_same_episodes():
+    """Two slot groups: one group's generate call runs while the other's env step waits, and the
+    episodes (seeded per episode and turn) equal those of one group."""
+    codec = BlackjackCodec(build_tokenizer())
+    played = {}
+    for k in (1, 2, 3):
+        fleet = SlowFleet(12, latency_s=0.02)
+        gen = GenerateWhileStepping(codec, fleet)
+        runner = RolloutRunner(gen, fleet, codec, max_turns=12, slot_groups=k)
+        eps = runner.collect([(g, 7000 + g) for g in range(16)], group_size=4, version=0, sample_seed=3)
+        played[k] = [(e.group_id, e.texts, e.env_return, e.outcome) for e in eps]
+        if k == 1:
+            assert gen.overlapped == 0 and fleet.most_in_flight == 1
+        else:
+            assert gen.overlapped > 0
+    assert played[1] == played[2] == played[3]
+
+
+def test_a_failing_slot_group_fails_the_collect():
+    codec = BlackjackCodec(build_tokenizer())
+
+    class Broken(SeededRandom):
+        def generate(self, prompts, seeds):
+            if len(self.batch_sizes) == 3:
+                raise RuntimeError("engine gone")
+            return super().generate(prompts, seeds)
+
+    runner = RolloutRunner(Broken(codec), RulesFleet(8), codec, max_turns=12, slot_groups=2)
+    with pytest.raises(RuntimeError, match="engine gone"):
+        runner.collect([(g, 7000 + g) for g in range(16)], group_size=4, version=0, sample_seed=3)
+
+
+def test_slot_groups_make_env_actors_take_that_many_calls_at_once():
+    from rlsvc.cluster.placement import planned
+    from rlsvc.config import load_config
+
+    two = {role: p.options(0) for role, p in planned(load_config(None, ["rollout.slot_groups=2"])).items()}
+    assert two["env"]["max_concurrency"] == 2
+    assert all("max_concurrency" not in opts for role, opts in two.items() if role != "env")
+    assert "max_concurrency" not in planned(load_config(None, []))["env"].options(0)
