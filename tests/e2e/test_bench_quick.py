@@ -1,4 +1,4 @@
-"""The `--quick` modes of the step, rollout, env-scaling and weight-sync benchmarks, run for real
+"""The `--quick` modes of the step, rollout, env-scaling, weight-sync and async benchmarks, run for real
 (CI runs them; `make bench` runs the full ones). Each must produce its results, and what they
 assert must hold: both sides of the step speed-up, and the one-process floor and the real job,
 play the same episodes (equal training returns step by step), since every step's deals and
@@ -74,3 +74,12 @@ def test_weight_sync_quick_delivers_and_compares_with_memcpy(tmp_path: Path):
     data = run_bench("weight_sync", quick_args("weight_sync"), tmp_path)  # a verified push per transport inside
     assert {r["transport"] for r in data["rows"]} == {"shm", "ray"}
     assert all(0 < r["ratio_spread"]["min"] <= r["ratio_to_memcpy"] <= r["ratio_spread"]["max"] for r in data["rows"])
+
+
+def test_async_rollout_quick_alternates_both_modes_from_the_same_first_batch(tmp_path: Path):
+    data = run_bench("async_rollout", quick_args("async_rollout"), tmp_path)
+    (pair,) = data["pairs"]
+    assert pair["sync"]["steps"] == pair["async"]["steps"] == 3
+    assert data["first_step_equal"], (pair["sync"]["returns"], pair["async"]["returns"])  # batch 0: the initial policy in both modes
+    assert math.isclose(pair["ratio"], pair["async"]["episodes_per_s"] / pair["sync"]["episodes_per_s"])
+    assert data["ratio"]["min"] <= data["ratio"]["median"] <= data["ratio"]["max"]
