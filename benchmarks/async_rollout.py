@@ -9,12 +9,14 @@ step after the first `--skip` (`time/step_s`); per pair, async / sync of each; t
 median of the per-pair ratios with their min and max. Same learning result: the first step's
 training return is equal on both sides (batch 0 is played by the initial policy in both modes;
 later batches differ, since the asynchronous one may be played one version behind), and each
-side's final greedy return is reported per pair.
+side's final greedy return is reported per pair. The cores each process used during the
+training loop (benchmarks/cpu_use.py) say whether the machine, not the schedule, is the limit.
 
     python -m benchmarks.async_rollout [--pairs 5] [--steps 30] [--latency-ms 50] [--staleness 1]
-                                       [--extra key=value ...]
+                                       [--extra key=value ...] [--label L]
 
-Results: benchmarks/results/async_rollout.json, and its table in async_rollout.md (and on stdout).
+Results: benchmarks/results/async_rollout.json (async_rollout_<L>.json with `--label L`), and its
+table in the .md beside it (and on stdout).
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
+import psutil
+
 from benchmarks import RESULTS_DIR
-from benchmarks.jobs import metric_histories, run_job
+from benchmarks.cpu_use import CpuSampler
+from benchmarks.jobs import loop_window, metric_histories, run_job
 from benchmarks.pairs import spread
 
 RESULTS = RESULTS_DIR / "async_rollout.json"
@@ -41,11 +46,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--staleness", type=int, default=1)
     ap.add_argument("--eval-episodes", type=int, default=5000, help="the final evaluation's deals (after the timed loop)")
     ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides for both modes")
+    ap.add_argument("--label", default="", help="results go to async_rollout_<label>.json/.md instead of async_rollout.json/.md")
     return ap
 
 
 def measure(name: str, overrides: list[str], out: Path, skip: int) -> dict:
-    result = run_job(name, overrides, out)
+    sampler = CpuSampler()
+    try:
+        result = run_job(name, overrides, out)
+    finally:
+        sampler.stop()
     hist = metric_histories(result, ["return_mean", "time/step_s", "trainer_idle_frac"])
     steady = hist["time/step_s"][skip:] or hist["time/step_s"]
     return {
@@ -56,6 +66,7 @@ def measure(name: str, overrides: list[str], out: Path, skip: int) -> dict:
         "returns": hist["return_mean"],
         "final_return": result["eval"]["mean_return"],
         "steps": result["steps"],
+        "cores": sampler.cores(*loop_window(result)),  # during the training loop, by process role
     }
 
 
@@ -94,9 +105,10 @@ def main() -> None:
         "first_step_equal": first["sync"]["returns"][:1] == first["async"]["returns"][:1],
         "pairs": pairs,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
-    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    path = RESULTS.with_name(f"async_rollout_{args.label}.json") if args.label else RESULTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    path.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
     print(markdown(data))
 
 
@@ -131,6 +143,18 @@ def markdown(data: dict) -> str:
             else "."
         ),
     ]
+    roles = sorted({r for p in data["pairs"] for m in ("sync", "async") for r in p[m].get("cores", {})} - {"machine", "other"})
+    if roles:  # per-process CPU use: where the two cores went
+        lines += [
+            "",
+            "Cores used during the training loop (psutil, once a second; median over pairs), by process:",
+            "",
+            f"| mode | machine (of {psutil.cpu_count()}) | " + " | ".join(roles) + " |",
+            "|---|---|" + "---|" * len(roles),
+        ]
+        for m in ("sync", "async"):
+            used = {r: statistics.median(p[m].get("cores", {}).get(r, 0.0) for p in data["pairs"]) for r in ("machine", *roles)}
+            lines.append(f"| {m} | {used['machine']:.2f} | " + " | ".join(f"{used[r]:.2f}" for r in roles) + " |")
     return "\n".join(lines)
 
 

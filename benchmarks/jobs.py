@@ -42,3 +42,14 @@ def metric_histories(result: dict, keys: list[str]) -> dict[str, list[float]]:
 
     client = MlflowClient(tracking_uri=result["tracking_uri"])
     return {k: [m.value for m in sorted(client.get_metric_history(result["mlflow_run_id"], k), key=lambda m: m.step)] for k in keys}
+
+
+def loop_window(result: dict) -> tuple[float, float]:
+    """When the job's training loop ran (seconds since the epoch): from its first step's start
+    (the first logged `time/step_s`, less that step's seconds) to its last step's log."""
+    from mlflow.tracking import MlflowClient
+
+    history = sorted(
+        MlflowClient(tracking_uri=result["tracking_uri"]).get_metric_history(result["mlflow_run_id"], "time/step_s"), key=lambda m: m.step
+    )
+    return history[0].timestamp / 1000 - history[0].value, history[-1].timestamp / 1000

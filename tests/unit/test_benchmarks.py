@@ -147,7 +147,13 @@ SAMPLE = {
         "sync_final_return": {"median": -0.1, "min": -0.1, "max": -0.1},
         "async_final_return": {"median": -0.09, "min": -0.11, "max": -0.08},
         "first_step_equal": True,
-        "pairs": [{"async": {"trainer_idle_frac": 0.2}}, {"async": {"trainer_idle_frac": 0.3}}],
+        "pairs": [
+            {
+                "sync": {"trainer_idle_frac": None, "cores": {"machine": 1.0, "driver": 0.25, "trainer-0": 0.3}},
+                "async": {"trainer_idle_frac": f, "cores": {"machine": 1.4, "driver": 0.35, "trainer-0": 0.4}},
+            }
+            for f in (0.2, 0.3)
+        ],
     },
     "trl": {
         "args": {"target": -0.08, "val_episodes": 5000, "prompts": 64, "group_size": 8, "steps": 60, "final_episodes": 20000},
@@ -229,12 +235,13 @@ def test_every_benchmark_renders_its_results() -> None:
     assert "| **rlsvc / HF, per pair** | **3.20x** (2.90-3.50) |" in text and "28M parameters (8 layers, vocabulary 832)" in text
     assert "| episodes/s, training loop | 400 (390 to 410) | 560 (550 to 570) | **1.40x (1.30-1.50)** |" in text
     assert "waited for rollouts 25% of its time" in text
+    assert "| mode | machine (of " in text and "| driver | trainer-0 |" in text and "| async | 1.40 | 0.35 | 0.40 |" in text
     assert "| rlsvc (sync) | 300 | 40 s | -0.070 | -0.0700 |" in text and "| TRL GRPOTrainer | 200 | not reached | - | -0.1000 |" in text
     assert "| 10 | -0.070 (40 s) | - |" in text
     assert "**stopped after its 420 s limit**" in text
     from benchmarks.env_scaling import markdown as scaling_table
 
-    assert "| 2 | 1 | 64 | 3 | 200.0 | 340.0 | 1.70 | 2.00x (1.90-2.10) |" in scaling_table(SAMPLE["scaling"])
+    assert "| 2 | 1 | 1 | 64 | 3 | 200.0 | 340.0 | 1.70 | 2.00x (1.90-2.10) |" in scaling_table(SAMPLE["scaling"])
     assert "| mean step, s (`time/step_s`, after the first 5) | 1.200 | 0.750 | 1.60x (1.40-1.70) |" in text
     assert "| 1.600 | 1.000 | 1.30x (1.20-1.40) |" in text and "(with uncommitted changes)" in text
     assert "| overhead vs the floor: (job - floor) / job, per pair | 36% (30%-40%) |" in text
@@ -254,3 +261,26 @@ def test_only_keeps_the_other_benchmarks_results_with_their_dates(tmp_path) -> N
     kept = kept_results(saved, quick=False)
     assert kept == {"trl": {**old, "measured": "2026-11-30 18:10 UTC"}, "floor": again}  # no longer in the suite: dropped
     assert kept_results(saved, quick=True) == {} and kept_results(tmp_path / "none.json", quick=False) == {}
+
+
+def test_cpu_sampler_names_roles_and_measures_a_busy_child() -> None:
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks.cpu_use import CpuSampler, role
+
+    assert role(["ray::rlsvc-rollout-0:RolloutWorker.__init__"]) == "rollout-0"
+    assert role(["ray::rlsvc-reference:TrainerWorker.__init__"]) == "reference"
+    assert role(["ray::TrainerWorker.train_step", ""]) == "TrainerWorker"
+    assert role(["ray::IDLE"]) == role(["/usr/bin/raylet", "--x"]) == "other"
+    assert role(["python", "-m", "rlsvc.train", "run.steps=3"]) == "driver"
+    sampler = CpuSampler(interval_s=0.5)
+    t0 = time.time()
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"])
+    busy.wait()
+    sampler.stop()
+    used = sampler.cores(t0, time.time())
+    assert 0.5 < used["other"] <= 1.2, used  # one process spinning on one core
+    assert used["machine"] >= used["other"] - 0.2
+    assert sampler.cores(t0 - 100, t0 - 50) == {}  # no samples in that window
