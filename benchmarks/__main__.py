@@ -117,8 +117,8 @@ SUITE = [
         "scaling",
         "Scaling: env actors and rollout workers on a simulated multi-node cluster",
         "env_scaling",
-        ["--actors", "1", "2", "4", "8", "--rollout-workers", "1", "2"],
-        ["--actors", "1", "2", "--rollout-workers", "1", "--episodes", "64", "--rounds", "1"],
+        ["--actors", "1", "2", "4", "8", "--rollout-workers", "1", "2", "--slot-groups", "1", "2"],
+        ["--actors", "1", "2", "--rollout-workers", "1", "--slot-groups", "1", "2", "--episodes", "64", "--rounds", "1"],
         420,
     ),
 ]

@@ -8,14 +8,15 @@ simulated remote-sandbox latency to every step. For each K, the real rollout run
 same N episodes (groups of G from one deal) in waves of K*M concurrent episodes; a wave costs
 about (turns) x (latency + generation), so more env actors mean fewer waves; more rollout
 workers split each generation call (the R engines share this machine's 2 cores, so that only
-helps where generation is not already using them).
+helps where generation is not already using them); G slot groups (`rollout.slot_groups`) let one
+group's generate call run while another group's env round trip waits.
 
 The policy is the default's untrained one, its answers constrained to hit and stand so that it
 plays whole hands (mean turns and env steps/s are reported). The shapes take turns: every round
 runs each shape once, the order flipped each round, and each shape's speed-up is the median of
 its per-round ratios to the first shape.
 
-    python -m benchmarks.env_scaling [--actors 1 2 4 8] [--rollout-workers 1 2] [--sessions 32] [--episodes 512] [--latency-ms 50] [--rounds 5]
+    python -m benchmarks.env_scaling [--actors 1 2 4 8] [--rollout-workers 1 2] [--slot-groups 1 2] [--sessions 32] [--episodes 512] [--latency-ms 50] [--rounds 5]
 
 Results: benchmarks/results/env_scaling.json, and its table in env_scaling.md (and on stdout).
 """
@@ -43,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--latency-ms", type=float, default=50.0, help="simulated round trip added to every env step")
     ap.add_argument("--rollout-workers", type=int, nargs="+", default=[1, 2], help="rollout worker counts R (measured at the largest K)")
+    ap.add_argument(
+        "--slot-groups", type=int, nargs="+", default=[1, 2], help="rollout.slot_groups G (measured at the largest K, fewest R)"
+    )
     ap.add_argument("--rounds", type=int, default=5, help="every shape once per round, the order flipped each round")
     return ap
 
@@ -62,7 +66,16 @@ def main() -> None:
     from rlsvc.rollout.runner import RolloutRunner
     from rlsvc.rollout.spec import EngineSpec
 
-    cfg = load_config(None, [f"env.sessions_per_actor={args.sessions}", f"env.step_latency_ms={args.latency_ms}", "rollout.num_cpus=1"])
+    # env actors take as many concurrent calls as the most slot groups measured (one call at a time with G=1)
+    cfg = load_config(
+        None,
+        [
+            f"env.sessions_per_actor={args.sessions}",
+            f"env.step_latency_ms={args.latency_ms}",
+            "rollout.num_cpus=1",
+            f"rollout.slot_groups={max(args.slot_groups)}",
+        ],
+    )
     place = planned(cfg)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     gpu_nodes = [cluster.add_node(num_cpus=1, resources={cfg.cluster.gpu_node_resource: 1}) for _ in range(max(args.rollout_workers))]
@@ -88,20 +101,25 @@ def main() -> None:
         )
         groups = args.episodes // args.group_size
         seeds = [(g, 10_000 + g) for g in range(groups)]
-        shapes = [(k, min(args.rollout_workers)) for k in args.actors] + [
-            (max(args.actors), r) for r in args.rollout_workers if r != min(args.rollout_workers)
-        ]
+        r0, g0 = min(args.rollout_workers), min(args.slot_groups)
+        shapes = (
+            [(k, r0, g0) for k in args.actors]
+            + [(max(args.actors), r, g0) for r in args.rollout_workers if r != r0]
+            + [(max(args.actors), r0, g) for g in args.slot_groups if g != g0]
+        )
         # every env actor up front: a shape uses the first K of them, so the shapes can take
         # turns round by round (benchmarks/pairs.py) instead of one after the other
         envs = [ray.remote(EnvWorker).options(**place["env"].options()).remote(cfg.env) for _ in range(max(args.actors))]
         assert set(ray.get([e.node_id.remote() for e in envs])) == {n.node_id for n in cpu_nodes}, "one env actor per CPU-group node"
         runners = {
-            (k, r): RolloutRunner(RayGenerator(rollouts[:r]), RayEnvFleet(envs[:k], args.sessions), codec, cfg.env.max_turns)
-            for k, r in shapes
+            (k, r, g): RolloutRunner(
+                RayGenerator(rollouts[:r]), RayEnvFleet(envs[:k], args.sessions), codec, cfg.env.max_turns, slot_groups=g
+            )
+            for k, r, g in shapes
         }
-        for (k, _), runner in runners.items():  # warm-up: every actor's first calls
+        for (k, _, _), runner in runners.items():  # warm-up: every actor's first calls
             runner.collect(seeds[: max(1, k * args.sessions // args.group_size)], args.group_size, 0, 0)
-        runs: dict[tuple[int, int], list[dict]] = {shape: [] for shape in shapes}
+        runs: dict[tuple[int, int, int], list[dict]] = {shape: [] for shape in shapes}
         for i in range(args.rounds):
             for shape in shapes if i % 2 == 0 else shapes[::-1]:
                 t0 = time.perf_counter()
@@ -112,7 +130,7 @@ def main() -> None:
                 runs[shape].append({"s": seconds, "episodes": len(episodes), "env_steps": sum(turns), "invalid": invalid})
             print(
                 f"round {i + 1}/{args.rounds}: "
-                + ", ".join(f"K={k} R={r} {len(seeds) * args.group_size / runs[(k, r)][-1]['s']:.0f}/s" for k, r in shapes),
+                + ", ".join(f"K={k} R={r} G={g} {len(seeds) * args.group_size / runs[(k, r, g)][-1]['s']:.0f}/s" for k, r, g in shapes),
                 flush=True,
             )
         ray.get([e.close.remote() for e in envs] + [r.close.remote() for r in rollouts])
@@ -120,12 +138,13 @@ def main() -> None:
         ray.shutdown()
         cluster.shutdown()
     first = runs[shapes[0]]
-    for k, r in shapes:
-        mine = runs[(k, r)]
+    for k, r, g in shapes:
+        mine = runs[(k, r, g)]
         rows.append(
             {
                 "env_actors": k,
                 "rollout_workers": r,
+                "slot_groups": g,
                 "sessions_per_actor": args.sessions,
                 "concurrent_episodes": k * args.sessions,
                 "nodes": k + r,
@@ -152,14 +171,14 @@ def markdown(data: dict) -> str:
         f"{args['episodes']} episodes per run, {args['latency_ms']:g} ms per env step, M={args['sessions']} sessions per env actor, "
         f"answers constrained to hit/stand; {args['rounds']} rounds, every shape once per round: median rates, "
         f"median (min-max) of the per-round ratios\n",
-        f"| env actors K | rollout workers R | concurrent episodes | nodes (CPU + GPU group) | episodes/s | env steps/s | mean turns "
-        f"| vs K={first['env_actors']}, R={first['rollout_workers']} |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| env actors K | rollout workers R | slot groups G | concurrent episodes | nodes (CPU + GPU group) | episodes/s | env steps/s "
+        f"| mean turns | vs K={first['env_actors']}, R={first['rollout_workers']}, G={first.get('slot_groups', 1)} |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         x = r["speedup_vs_first"]
         lines.append(
-            f"| {r['env_actors']} | {r['rollout_workers']} | {r['concurrent_episodes']} | {r['nodes']} | {r['episodes_per_s']:.1f} "
+            f"| {r['env_actors']} | {r['rollout_workers']} | {r.get('slot_groups', 1)} | {r['concurrent_episodes']} | {r['nodes']} | {r['episodes_per_s']:.1f} "
             f"| {r['env_steps_per_s']:.1f} | {r['mean_turns']:.2f} | {x['median']:.2f}x ({x['min']:.2f}-{x['max']:.2f}) |"
         )
     return "\n".join(lines)

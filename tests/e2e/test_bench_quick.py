@@ -64,7 +64,7 @@ def quick_args(module: str) -> list[str]:
 
 def test_env_scaling_quick_plays_whole_hands(tmp_path: Path):
     data = run_bench("env_scaling", quick_args("env_scaling"), tmp_path)
-    assert [r["env_actors"] for r in data["rows"]] == [1, 2]
+    assert [(r["env_actors"], r["slot_groups"]) for r in data["rows"]] == [(1, 1), (2, 1), (2, 2)]
     for row in data["rows"]:
         # constrained answers: every hand is played, none ends on an invalid answer
         assert row["invalid_share"] == 0 and row["mean_turns"] > 1 and row["env_steps_per_s"] > row["episodes_per_s"]
