@@ -42,3 +42,30 @@ def test_evaluate_reproduces_stick_at_17():
     res = evaluate(TablePolicy(table), 40000, seed=7)
     assert res["mean_return"] == pytest.approx(-0.0759, abs=3 * 0.95 / 40000**0.5)
     assert res["win_rate"] + res["push_rate"] + res["loss_rate"] == pytest.approx(1.0)
+
+
+class GameByGame:
+    """The same table, not a `TablePolicy`: `evaluate` plays it game by game."""
+
+    def __init__(self, table: dict) -> None:
+        self.table = table
+
+    def act(self, observations, greedy=True, seed=None):
+        return [self.table[(o.player_sum, o.dealer_card, bool(o.usable_ace))] for o in observations]
+
+
+@pytest.mark.parametrize("then_stick_at", [None, 17])
+def test_a_table_policy_scores_exactly_as_playing_every_game(then_stick_at):
+    """`evaluate` with a `TablePolicy` works on precomputed decision paths (rlsvc.eval.deal_paths);
+    the returns must equal playing every game with the rules, for random tables and the references."""
+    import random
+
+    from rlsvc.envs.blackjack import optimal_policy, stick_at
+
+    rng = random.Random(7)
+    tables = [{tuple(s): rng.choice(["hit", "stand"]) for s in all_states()} for _ in range(3)]
+    tables += [{tuple(s): p(s) for s in all_states()} for p in (optimal_policy(), stick_at(17), lambda v: "stand", lambda v: "hit")]
+    for seed in (999, 4242):
+        for table in tables:
+            fast = evaluate(TablePolicy(table), 1500, seed, then_stick_at=then_stick_at)
+            assert fast == evaluate(GameByGame(table), 1500, seed, then_stick_at=then_stick_at)
