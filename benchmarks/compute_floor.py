@@ -127,7 +127,7 @@ def run_floor(overrides: list[str], steps: int) -> dict:
     cfg = load_config(None, overrides)
     task = load_task(cfg.env)
     with tempfile.TemporaryDirectory(prefix="rlsvc-floor-") as tmp:
-        model, tokenizer, source = prepare_model(cfg, Path(tmp))
+        model, tokenizer, source = prepare_model(cfg)
         (Path(tmp) / "engine").mkdir()
         folder = materialise(source, Path(tmp) / "engine")  # as a rollout worker does
         codec = make_codec(task, tokenizer, cfg.model.seq_len, cfg.rollout.max_tokens)

@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 from benchmarks import RESULTS_DIR
 from benchmarks.pairs import spread
@@ -84,8 +82,7 @@ def main() -> None:
     ray.init(address=cluster.address)
     rows = []
     try:
-        with tempfile.TemporaryDirectory(prefix="rlsvc-env-scaling-") as tmp:
-            _, tokenizer, source = prepare_model(cfg, Path(tmp))
+        _, tokenizer, source = prepare_model(cfg)
         codec = BlackjackCodec(tokenizer)
         # constrained to the two answers (rollout.constrained_actions): the untrained policy
         # plays real hands, several turns each, instead of ending ~97% of them with an invalid

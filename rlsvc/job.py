@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,10 +43,10 @@ log = logging.getLogger("rlsvc")
 CHECKPOINT_META = "rlsvc.json"
 
 
-def prepare_model(cfg: Config, workdir: Path) -> tuple[ModelSpec, Any, dict[str, Any]]:
+def prepare_model(cfg: Config) -> tuple[ModelSpec, Any, dict[str, Any]]:
     """The policy model, its tokenizer, and where rollout workers get the initial checkpoint:
-    a model built from scratch is written to a folder whose files travel through Ray; a
-    pretrained one is served from its own folder (which every rollout node must see)."""
+    a model built from scratch is written to a temporary folder whose files travel through Ray;
+    a pretrained one is served from its own folder (which every rollout node must see)."""
     from rlsvc.models.tokenizer import load_tokenizer
 
     if cfg.model.source == "hf":
@@ -53,9 +55,10 @@ def prepare_model(cfg: Config, workdir: Path) -> tuple[ModelSpec, Any, dict[str,
         spec, tokenizer = prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, getattr(cfg.env, "chat", False))
         return spec, tokenizer, {"path": spec.path}
     scratch = ScratchModel(cfg.model.titan)
-    folder = scratch.initial_folder(workdir, cfg.run.seed)
-    files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
-    return scratch, load_tokenizer(folder), {"files": files}
+    with tempfile.TemporaryDirectory(prefix="rlsvc-init-") as tmp:
+        folder = scratch.initial_folder(Path(tmp), cfg.run.seed)
+        files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+        return scratch, load_tokenizer(folder), {"files": files}
 
 
 def setup_trainers(cfg: Config, svc: Services, model: ModelSpec) -> TrainerSpec:
@@ -261,7 +264,11 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             # params are immutable in MLflow: what the resumed job changed (e.g. run.steps) is a tag
             tracker.set_tags(resumed_tags(tracker, cfg, resume))
 
-        conn = connect(cfg.cluster, metadata=ray_job_metadata(cfg, tracker.run_id, experiment))
+        # The initial model is built (or the pretrained one checked and its tokenizer read) on
+        # another thread while Ray starts: the driver's two slowest set-up steps, each mostly on one core.
+        with ThreadPoolExecutor(1, thread_name_prefix="rlsvc-prepare") as pool:
+            preparing = pool.submit(prepare_model, cfg)
+            conn = connect(cfg.cluster, metadata=ray_job_metadata(cfg, tracker.run_id, experiment))
         resources, nodes = cluster_view()
         tracker.set_tags(
             {
@@ -278,17 +285,21 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         placement = plan(cfg, resources, nodes)
         if not cfg.cluster.autoscaling:
             pack(placement, node_resources())  # refuse now what no node can hold, rather than wait forever
-        with tempfile.TemporaryDirectory(prefix="rlsvc-init-") as tmp:
-            model, tokenizer, source = prepare_model(cfg, Path(tmp))
+        model, tokenizer, source = preparing.result()
         codec = make_codec(task, tokenizer, cfg.model.seq_len, cfg.rollout.max_tokens)
         if cfg.rollout.constrained_actions and codec.allowed_token_ids is None:
             raise TaskError(f"rollout.constrained_actions: task {task.name} has no fixed answers of one token each")
         engine = EngineSpec.from_config(cfg, codec.allowed_token_ids if cfg.rollout.constrained_actions else None)
         svc = start_services(cfg, placement, source, engine)
+        # The env actors' observations are OpenEnv (pydantic) types: the driver imports OpenEnv
+        # (and gradio with it, seconds) while the actors start, rather than when the first step
+        # unpickles one.
+        threading.Thread(target=task.env_spec, name="rlsvc-import-env", daemon=True).start()
         trainer_setup = setup_trainers(cfg, svc, model)
 
+        # The vLLM engines start up while the trainer warm-starts and the reference is built: the
+        # loop's weight sync, which waits for them, is first used by the first sync below.
         loop = (AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, svc, codec)
-        tracker.set_tags({"rlsvc.weight_sync": loop.sync.kind})  # `auto` resolved
         at = TrainingStart()
         warm_loss = float("nan")
         if resume is not None:  # the checkpoint's weights, optimiser, reference, buffer and counters
@@ -299,6 +310,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             if reference is not None:
                 reference.setup(trainer_setup, svc.trainer_group.hf_state_dict())
         sync0 = loop.sync_weights()  # waits for the vLLM engines to be up
+        tracker.set_tags({"rlsvc.weight_sync": loop.sync.kind})  # `auto` resolved
         startup_s = time.time() - started
         tracker.log_metrics({"startup_s": startup_s, "warm_start_loss": warm_loss, **sync0}, step=at.start_step)
         console.print(

@@ -162,8 +162,20 @@ class GRPOLoop:
             self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns, self.cfg.rollout.context, self.cfg.rollout.slot_groups
         )
         self.allowed = self.codec.allowed_token_ids if self.cfg.rollout.constrained_actions else None
-        self.sync = self.new_sync()
+        self._sync: WeightSync | None = None
         self.nonfinite = NonFiniteGuard(self.cfg.faults.max_nonfinite_steps)
+
+    @property
+    def sync(self) -> WeightSync:
+        """The weight sync, built on first use: building it waits for the rollout workers'
+        engines to be up, and the trainer's warm start and the reference need not wait for that."""
+        if self._sync is None:
+            self._sync = self.new_sync()
+        return self._sync
+
+    @sync.setter
+    def sync(self, sync: WeightSync) -> None:
+        self._sync = sync
 
     def new_sync(self) -> WeightSync:
         """A weight sync over the current trainer ranks and rollout workers."""

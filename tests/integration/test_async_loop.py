@@ -4,7 +4,6 @@ within `buffer.max_staleness`, and k=0 runs the synchronous schedule without dea
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
@@ -37,7 +36,7 @@ def services(ray_cluster, tmp_path_factory):
         ],
     )
     resources, nodes = cluster_view()
-    model, tokenizer, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
+    model, tokenizer, source = prepare_model(cfg)
     from rlsvc.rollout.spec import EngineSpec
 
     svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))

@@ -4,7 +4,6 @@ OpenEnv sessions, 2 FSDP2 trainer ranks over gloo, a reference model, weight syn
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 
@@ -37,7 +36,7 @@ def job(ray_cluster, tmp_path_factory):
         ],
     )
     resources, nodes = cluster_view()
-    model, tokenizer, source = prepare_model(cfg, Path(tmp_path_factory.mktemp("init")))
+    model, tokenizer, source = prepare_model(cfg)
     codec = BlackjackCodec(tokenizer)
     from rlsvc.rollout.spec import EngineSpec
 

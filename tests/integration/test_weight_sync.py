@@ -35,7 +35,7 @@ def fleet(ray_cluster, tmp_path_factory, request):
     model = {} if request.param == "scratch" else {"source": "hf", "path": f"tiny:{request.param}", "max_seq_len": 32}
     cfg = Config(model=model, run={"output_dir": str(folder)})
     env = {"env_vars": {"OMP_NUM_THREADS": "1"}}
-    model_spec, _, source = prepare_model(cfg, folder)
+    model_spec, _, source = prepare_model(cfg)
     engine = EngineSpec(max_model_len=cfg.model.seq_len, kv_cache_gb=1, max_num_seqs=64)
     workers = [ray.remote(RolloutWorker).options(num_cpus=1, runtime_env=env).remote(source, engine) for _ in range(2)]
     trainers = [ray.remote(TrainerWorker).options(num_cpus=1, runtime_env=env).remote(r, 2) for r in range(2)]
