@@ -8,16 +8,19 @@ of the driver and of every Ray worker). Per job: the mean of the steps' own `tim
 (collect, learn, weight sync), the first `--skip` steps left out (they include the actors'
 start-up: the env actors' first calls wait for their processes, vLLM's first batches warm up),
 and seconds per step of the whole training loop (first step to last checkpoint: start-up effects,
-validation and checkpoints included). Each pair gives a ratio old / new of each; the result is
-their median with its min and max.
+validation and checkpoints included). Also per job: its start-up (`startup_s`: cluster, actors,
+warm start, first weight sync), its first step's seconds, and the job's whole wall time (process
+start to exit, final evaluation included). Each pair gives a ratio old / new of each; the result
+is their median with its min and max. The order flips each pair (old new, new old, ...).
 
 Same learning result: the steps' training returns of the two sides are compared step by step
 (episodes depend only on the seed and the policy, so until the policies differ they are equal),
 and the final greedy returns are reported side by side.
 
-    python -m benchmarks.step_speedup [--base COMMIT] [--pairs 5] [--steps 40]
+    python -m benchmarks.step_speedup [--base COMMIT] [--pairs 5] [--steps 40] [--label L]
 
-Results: benchmarks/results/step_speedup.json, and its table in step_speedup.md (and on stdout).
+Results: benchmarks/results/step_speedup.json (step_speedup_<L>.json with `--label L`), and its
+table in step_speedup.md (and on stdout).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import json
 import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
@@ -38,6 +42,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # The last commit before the performance work of issue 17: its default step was the 2.23 s the
 # issue starts from (benchmarks/step_anatomy.py at that time).
 BASE = "b197b76"
+# per job, beside the steps: what a job costs before and around its training loop
+STARTUP = {
+    "startup_s": "start-up, s (`startup_s`: cluster, actors, warm start, first weight sync)",
+    "first_step_s": "first step, s",
+    "job_wall_s": "whole job, s (process start to exit)",
+}
 
 
 def checkout(rev: str, dest: Path) -> str:
@@ -56,10 +66,15 @@ def head() -> str:
 
 
 def measure(name: str, overrides: list[str], out: Path, tree: Path | None, skip: int) -> dict:
+    t0 = time.perf_counter()
     result = run_job(name, overrides, out, tree=tree)
+    wall = time.perf_counter() - t0
     hist = metric_histories(result, ["return_mean", "time/step_s", "eval/val_return"])
     steady = hist["time/step_s"][skip:] or hist["time/step_s"]
     return {
+        "job_wall_s": wall,
+        "startup_s": result["startup_s"],
+        "first_step_s": hist["time/step_s"][0],
         "s_per_step": result["train_s"] / max(result["steps"], 1),
         "step_s_mean": statistics.fmean(steady),
         "step_s": hist["time/step_s"],
@@ -77,6 +92,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--skip", type=int, default=5, help="first steps left out of the mean step")
     ap.add_argument("--eval-episodes", type=int, default=2000, help="the final evaluation's deals (it runs after the timed loop)")
+    ap.add_argument("--label", default="", help="results go to step_speedup_<label>.json/.md instead of step_speedup.json/.md")
     return ap
 
 
@@ -89,11 +105,14 @@ def main() -> None:
         old_tree.mkdir()
         base_sha = checkout(args.base, old_tree)
         for i in range(args.pairs):
-            old = measure(f"old{i}", overrides, Path(tmp) / f"old{i}", old_tree, args.skip)
-            new = measure(f"new{i}", overrides, Path(tmp) / f"new{i}", None, args.skip)
+            sides = {}
+            for side in ("old", "new") if i % 2 == 0 else ("new", "old"):
+                sides[side] = measure(f"{side}{i}", overrides, Path(tmp) / f"{side}{i}", old_tree if side == "old" else None, args.skip)
+            old, new = sides["old"], sides["new"]
             pairs.append({"old": old, "new": new, "ratio": old["step_s_mean"] / new["step_s_mean"]})
             print(
-                f"pair {i}: mean step old {old['step_s_mean']:.3f} s, new {new['step_s_mean']:.3f} s, ratio {pairs[-1]['ratio']:.2f}",
+                f"pair {i}: mean step old {old['step_s_mean']:.3f} s, new {new['step_s_mean']:.3f} s, ratio {pairs[-1]['ratio']:.2f}; "
+                f"start-up old {old['startup_s']:.1f} s, new {new['startup_s']:.1f} s",
                 flush=True,
             )
     data = {
@@ -106,12 +125,15 @@ def main() -> None:
         "loop_ratio": spread([p["old"]["s_per_step"] / p["new"]["s_per_step"] for p in pairs]),
         "old_s_per_step": spread([p["old"]["s_per_step"] for p in pairs]),
         "new_s_per_step": spread([p["new"]["s_per_step"] for p in pairs]),
+        **{f"{side}_{k}": spread([p[side][k] for p in pairs]) for k in STARTUP for side in ("old", "new")},
+        **{f"{k}_ratio": spread([p["old"][k] / p["new"][k] for p in pairs]) for k in STARTUP},
         "learning": learning(pairs),
         "pairs": pairs,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
-    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    path = RESULTS.with_name(f"step_speedup_{args.label}.json") if args.label else RESULTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    path.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
     print(markdown(data))
 
 
@@ -141,6 +163,12 @@ def markdown(data: dict) -> str:
         f"{data['new_step_s']['median']:.3f} | {r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}) |",
         f"| training loop, s per step (start-up effects, validation, checkpoints) | {data['old_s_per_step']['median']:.3f} | "
         f"{data['new_s_per_step']['median']:.3f} | {lp['median']:.2f}x ({lp['min']:.2f}-{lp['max']:.2f}) |",
+        *(
+            f"| {label} | {data[f'old_{k}']['median']:.1f} | {data[f'new_{k}']['median']:.1f} | "
+            f"{data[f'{k}_ratio']['median']:.2f}x ({data[f'{k}_ratio']['min']:.2f}-{data[f'{k}_ratio']['max']:.2f}) |"
+            for k, label in STARTUP.items()
+            if f"{k}_ratio" in data  # results written before these were measured lack them
+        ),
         "",
         f"Training returns equal on both sides for the first {lr['steps_identical']} of {lr['steps']} steps; "
         f"final greedy return old {', '.join(f'{v:+.4f}' for v in lr['old_final_return'])}, "
