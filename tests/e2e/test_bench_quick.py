@@ -1,10 +1,11 @@
-"""The `--quick` modes of the step, rollout, env-scaling, weight-sync and async benchmarks, run for real
-(CI runs them; `make bench` runs the full ones). Each must produce its results, and what they
-assert must hold: both sides of the step speed-up, and the one-process floor and the real job,
-play the same episodes (equal training returns step by step), since every step's deals and
-sampling seeds follow from the run seed; vLLM and HF produce the same useful tokens; the
-env-scaling policy plays whole hands; every weight-sync transport delivers the trainer's weights.
-No timing is asserted: the figures are measurements, reported in benchmarks/results/."""
+"""The `--quick` mode of every benchmark of `make bench`, run for real (CI runs them; `make bench`
+runs the full ones). Each must produce its results, and what they assert must hold: both sides
+of the step speed-up, and the one-process floor and the real job, play the same episodes (equal
+training returns step by step), since every step's deals and sampling seeds follow from the run
+seed; vLLM and HF produce the same useful tokens; the env-scaling policy plays whole hands; every
+weight-sync transport delivers the trainer's weights; the step anatomy's phases and overhead add
+up to the step; rlsvc and TRL start from the same policy. No timing is asserted: the figures are
+measurements, reported in benchmarks/results/."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_bench(module: str, args: list[str], out: Path) -> dict:
+def run_bench(module: str, args: list[str], out: Path, markdown: bool = True) -> dict:
     env = {**os.environ, "RLSVC_BENCH_RESULTS": str(out)}
     done = subprocess.run(
         [sys.executable, "-m", f"benchmarks.{module}", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=900
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert (out / f"{module}.md").read_text().strip()
+    if markdown:
+        assert (out / f"{module}.md").read_text().strip()
     return json.loads((out / f"{module}.json").read_text())
 
 
@@ -83,3 +85,40 @@ def test_async_rollout_quick_alternates_both_modes_from_the_same_first_batch(tmp
     assert data["first_step_equal"], (pair["sync"]["returns"], pair["async"]["returns"])  # batch 0: the initial policy in both modes
     assert math.isclose(pair["ratio"], pair["async"]["episodes_per_s"] / pair["sync"]["episodes_per_s"])
     assert data["ratio"]["min"] <= data["ratio"]["median"] <= data["ratio"]["max"]
+
+
+def test_every_benchmark_of_make_bench_has_its_quick_mode_run_here():
+    from benchmarks.__main__ import SUITE
+
+    source = Path(__file__).read_text()
+    assert [b.module for b in SUITE if f'run_bench("{b.module}"' not in source] == []
+
+
+def test_rollout_throughput_quick_compares_both_engines_at_each_batch(tmp_path: Path):
+    data = run_bench("rollout_throughput", quick_args("rollout_throughput"), tmp_path)
+    assert [r["batch"] for r in data["rows"]] == [1, 16]
+    for row in data["rows"]:
+        (pair,) = row["pairs"]
+        assert row["vllm_tokens_per_s"] > 0 and row["hf_tokens_per_s"] > 0
+        # one pair: the ratio is that pair's, rlsvc's tokens/s over HF's
+        assert math.isclose(row["ratio"]["median"], row["vllm_tokens_per_s"] / row["hf_tokens_per_s"], rel_tol=1e-6)
+
+
+def test_step_anatomy_quick_phases_and_overhead_add_up_to_the_step(tmp_path: Path):
+    data = run_bench("step_anatomy", quick_args("step_anatomy"), tmp_path, markdown=False)
+    assert set(data["rows"]) == {"sync", "async (max_staleness=1)"}
+    for row in data["rows"].values():
+        assert row["steps"] == 4 and row["episodes_per_s"] > 0
+        assert all(v >= 0 for v in row["seconds"].values())
+        assert math.isclose(sum(row["seconds"].values()) + row["overhead_s"], row["wall_s"], rel_tol=1e-6)
+        assert math.isclose(sum(row["share"].values()) + row["overhead"], 1.0, rel_tol=1e-6)
+
+
+def test_vs_trl_quick_trains_both_frameworks_from_the_same_policy(tmp_path: Path):
+    data = run_bench("vs_trl", quick_args("vs_trl"), tmp_path, markdown=False)
+    assert set(data["rows"]) == {"rlsvc (sync)", "rlsvc (async, max_staleness=1)", "TRL GRPOTrainer"}
+    for row in data["rows"].values():
+        assert row["steps"] == 4 and row["val_steps"] == [2, 4] and row["samples_per_s"] > 0
+        assert all(-1 <= r <= 1 for r in row["val_returns"])
+    fastest = max(r["samples_per_s"] for name, r in data["rows"].items() if name.startswith("rlsvc"))
+    assert math.isclose(data["samples_per_s_ratio"], fastest / data["rows"]["TRL GRPOTrainer"]["samples_per_s"])
