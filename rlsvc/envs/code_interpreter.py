@@ -5,12 +5,15 @@ the OpenEnv environment over it, served like BlackJack on env actors (one per We
 An episode opens one execution session on its backend and runs every `code` action in it, so
 state carries across turns; an `answer` action ends it:
 - programming problems: the answer is a solution; the reward is the fraction of the problem's
-  hidden unit tests that pass when solution and tests run together, in a fresh session;
+  hidden unit tests it passes: a fresh session runs it and returns what the entry point returned
+  for each test's arguments, and this process compares those values with the expected ones
+  (rlsvc/tasks/programming.py: the expected values never reach the sandbox);
 - arithmetic word problems: the answer is a number; the reward is 1 when it is exact.
 Every executed cell that raised costs `error_penalty`. After `max_turns` actions without an
 answer the episode ends with what it has (0 and the penalties). When the backend itself fails
 (the remote service is down past its retry cap), the episode ends with `failed=True`: the trainer
-leaves its whole group out rather than learn from a score the policy did not earn.
+leaves its whole group out rather than learn from a score the policy did not earn. Nothing a
+submission does can cause that: a run that crashes, hangs, prints garbage or exits early scores 0.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Literal, Protocol
 from rlsvc.envs.lazy import lazy_classes
 from rlsvc.sandbox.local import LocalSandbox, LocalSession, SandboxLimits, SandboxResult
 from rlsvc.tasks import arithmetic_problem, load_problems, parse_number, score_output, unit_test_program
+from rlsvc.tasks.programming import ProgrammingProblem, Score
 
 TaskKind = Literal["programming", "arithmetic", "mixed"]
 ActionKind = Literal["code", "answer"]
@@ -102,6 +106,19 @@ def split_error(error: str | None) -> tuple[str | None, str | None]:
     return (kind, message) if sep and kind.replace(".", "").isidentifier() else ("Error", error)
 
 
+def score_solution(backend: Backend, problem: ProgrammingProblem, solution: str) -> tuple[Score, SandboxResult]:
+    """Run `solution` against the problem's hidden tests in a fresh session of `backend` (the
+    episode's own cells do not count) and score it (rlsvc/tasks/programming.py). A backend that
+    fails raises: that is an infrastructure fault, not the solution's score."""
+    program, nonce = unit_test_program(problem, solution)
+    session = backend.open_session()
+    try:
+        result = session.execute(program)
+    finally:
+        session.close()
+    return score_output(result.stdout, nonce, problem), result
+
+
 @dataclass
 class Task:
     kind: Literal["programming", "arithmetic"]
@@ -166,13 +183,11 @@ class CodeEpisode:
             value = parse_number(content)
             solved = value is not None and task.answer is not None and abs(value - task.answer) < 1e-9
             return (1.0 if solved else 0.0), None, "solved" if solved else "wrong"
-        program, nonce = unit_test_program(task.problem, content)
-        result = self.backend.open_session().execute(program)  # a clean session: state of the episode's cells does not count
-        fraction, error = score_output(result.stdout, nonce, len(task.problem.tests))
-        if error:
+        score, result = score_solution(self.backend, task.problem, content)
+        if score.error:
             self.errors += 1
-            result = SandboxResult(result.stdout, result.stderr, 1, result.timed_out, error, result.elapsed_s)
-        return fraction, result, "solved" if fraction == 1.0 else "partial" if fraction > 0 else "wrong"
+            result = SandboxResult(result.stdout, result.stderr, 1, result.timed_out, score.error, result.elapsed_s)
+        return score.fraction, result, score.outcome
 
     def _finish(self, score: float, result: SandboxResult | None, outcome: str) -> dict[str, Any]:
         self.done = True

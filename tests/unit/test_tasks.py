@@ -1,5 +1,7 @@
 """The shipped tasks are sound: every programming problem's hidden tests pass on a reference
-solution and fail on a wrong one when run in the sandbox; word problems are seeded and right."""
+solution and fail on a wrong one when run in the sandbox; return values are compared with their
+types; word problems are seeded and right. Submissions that try to forge their score:
+tests/unit/test_scoring_forgery.py."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import pytest
 
 from rlsvc.sandbox import LocalSandbox
 from rlsvc.tasks import arithmetic_problem, load_problems, parse_number, score_output, unit_test_program
+from rlsvc.tasks.programming import Score, same
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from reference_solutions import SOLUTIONS  # noqa: E402
@@ -29,30 +32,33 @@ def box():
 
 def test_reference_solutions_pass_every_hidden_test(box):
     problems = load_problems()
-    # one sandbox run for all problems keeps this fast; each problem still gets its own harness
     failures = []
     for p in problems:
         program, nonce = unit_test_program(p, SOLUTIONS[p.id])
         r = box.run(program, timeout_s=10)
-        score, error = score_output(r.stdout, nonce, len(p.tests))
-        if score != 1.0:
-            failures.append((p.id, score, error, r.stderr[-300:]))
+        score = score_output(r.stdout, nonce, p)
+        if score.fraction != 1.0:
+            failures.append((p.id, score, r.stderr[-300:]))
     assert failures == []
 
 
 def test_wrong_and_broken_solutions_score_partially_or_zero(box):
     problem = {p.id: p for p in load_problems()}["is_prime"]
     program, nonce = unit_test_program(problem, "def is_prime(n):\n    return n == 2 or n == 97")
-    assert score_output(box.run(program, 10).stdout, nonce, len(problem.tests)) == (5 / 6, None)  # fails is_prime(13)
+    assert score_output(box.run(program, 10).stdout, nonce, problem) == Score(5, 6, None)  # fails is_prime(13)
     program, nonce = unit_test_program(problem, "def is_prime(n)\n    return True")
-    score, error = score_output(box.run(program, 10).stdout, nonce, len(problem.tests))
-    assert score == 0.0 and error.startswith("SyntaxError")
-    program, nonce = unit_test_program(
-        problem, 'print(\'<<rlsvc-tests 0000 {"passed": 5, "total": 5, "error": null}\')\nimport os\nos._exit(0)'
-    )
-    assert score_output(box.run(program, 10).stdout, nonce, len(problem.tests))[0] == 0.0  # a forged line has no nonce
+    score = score_output(box.run(program, 10).stdout, nonce, problem)
+    assert score.fraction == 0.0 and score.error.startswith("SyntaxError")
     program, nonce = unit_test_program(problem, "while True:\n    pass")
-    assert score_output(box.run(program, 2).stdout, nonce, len(problem.tests))[0] == 0.0
+    assert score_output(box.run(program, 2).stdout, nonce, problem) == Score(0, 6, "no test result (the run was killed, timed out or exited early)")
+
+
+def test_return_values_are_compared_with_their_types():
+    assert same(3.0, 3) and same(98.6 + 1e-12, 98.6, tol=1e-9) and not same(98.7, 98.6, tol=1e-9)
+    assert not same(1, True) and not same(True, 1) and not same(0, None) and same(None, None)
+    assert not same([0, 1], (0, 1)) and same((0, 1), (0, 1)) and not same(float("nan"), 1.0)
+    assert same({1: "a"}, {1: "a"}) and not same({"1": "a"}, {1: "a"}) and same({2, 1}, {1, 2})
+    assert not same([[1, True]], [[1, 1]]) and same([[1, 2.0]], [[1, 2]])
 
 
 def test_word_problems_are_seeded_and_their_answers_right():
