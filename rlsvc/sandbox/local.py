@@ -20,6 +20,7 @@ user, so files that user can write outside the folder are not protected.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import select
 import shutil
@@ -30,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr returned (the file-size limit caps what is written)
 UID_BASE, UID_POOL = 200_000, 50_000  # uids with no files and no passwd entry
 _uids = itertools.count()
@@ -62,6 +64,30 @@ def _exited_within(proc: subprocess.Popen, timeout_s: float) -> bool:
         return bool(select.select([fd], [], [], timeout_s)[0])
     finally:
         os.close(fd)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a run's folder whatever the run left in it, without raising. shutil.rmtree recurses
+    once per level, so a tree deeper than the interpreter's recursion limit makes it raise
+    RecursionError (which `ignore_errors` does not cover); GNU rm walks the tree iteratively,
+    with paths of any length. Folders the run made unreadable are opened up first (as root
+    permissions do not stop the removal; without root they would)."""
+    try:
+        shutil.rmtree(path)
+        return
+    except FileNotFoundError:
+        return
+    except (OSError, RecursionError):
+        pass
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "timeout": 300, "check": False}
+    try:
+        subprocess.run(["chmod", "-R", "u+rwx", "--", str(path)], **quiet)  # type: ignore[call-overload]
+        subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], **quiet)  # type: ignore[call-overload]
+    except (OSError, subprocess.SubprocessError) as e:
+        log.warning("could not remove the sandbox folder %s: %s", path, e)
+        return
+    if os.path.lexists(path):
+        log.warning("could not remove the sandbox folder %s", path)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -199,8 +225,8 @@ class LocalSandbox:
                 stdout, stderr, exit_code, timed_out, _error_line(stderr, exit_code, timed_out, timeout_s, self.limits), elapsed
             )
         finally:
-            shutil.rmtree(folder, ignore_errors=True)
-            shutil.rmtree(io_dir, ignore_errors=True)
+            remove_tree(folder)
+            remove_tree(io_dir)
 
 
 ERROR_MARK = "<<rlsvc-cell-error>>"

@@ -92,6 +92,29 @@ def test_hostile_snippets_end_within_limits_and_leave_nothing(box, name):
     check_clean(box, before)
 
 
+HOSTILE_TREES = {
+    # deeper than Python's recursion limit: shutil.rmtree raised RecursionError here
+    "a tree 3000 folders deep": "import os\nfor _ in range(3000):\n    os.mkdir('d')\n    os.chdir('d')",
+    "paths longer than PATH_MAX": "import os\nfor _ in range(40):\n    os.mkdir('x' * 200)\n    os.chdir('x' * 200)",
+    "folders it cannot read or enter": (
+        "import os\nos.makedirs('locked/inner')\nopen('locked/inner/f', 'w').write('x')\nos.chmod('locked/inner', 0)\nos.chmod('locked', 0)"
+    ),
+    "a fifo, a socket, and links to the host": (
+        "import os, socket\nos.mkfifo('fifo')\nsocket.socket(socket.AF_UNIX).bind('sock')\n"
+        "os.symlink('/etc', 'etc-link')\nos.symlink('etc-link', 'loop-a')\nos.link('/tmp/main.py', 'hard')"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE_TREES)
+def test_what_a_run_leaves_in_its_folder_is_removed_without_failing_the_run(box, name):
+    before = leftovers()
+    r = box.run(HOSTILE_TREES[name] + "\nprint('left it')", timeout_s=20)
+    assert r.stdout == "left it\n" and r.error is None, r.stderr[-500:]
+    assert Path("/etc/hostname").exists() or Path("/etc/passwd").exists()  # a link's target is not followed
+    check_clean(box, before)
+
+
 def test_no_writes_outside_its_folder(box, tmp_path):
     before = leftovers()
     target = tmp_path / "owned.txt"
