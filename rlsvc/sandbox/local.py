@@ -8,9 +8,9 @@ What confines a run (Linux; util-linux's prlimit, unshare and setpriv):
   children and daemons included; its own mount namespace, where /tmp is the run's private folder
   and /dev/shm and /var/tmp are small empty tmpfs mounts that vanish with it; /proc shows only
   the run's processes;
-- a user of its own (setpriv, when the service runs as root): a uid with no files, so it can
-  write nowhere but its folder, read no private file of the service, and its process limit is
-  its own (root ignores RLIMIT_NPROC);
+- a user of its own (setpriv, when the service runs as root; leased node-wide, `UidPool`): a
+  uid with no files, so it can write nowhere but its folder, read no private file of the
+  service, and its process limit is its own (root ignores RLIMIT_NPROC);
 - a clean environment: none of the service's variables (API keys) reach the code;
 - a wall-clock timeout, after which the whole tree is killed.
 Without root, a user namespace stands in for the separate uid: the code then runs as the service's
@@ -19,22 +19,25 @@ user, so files that user can write outside the folder are not protected.
 
 from __future__ import annotations
 
-import itertools
+import fcntl
 import logging
 import os
+import random
 import select
 import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr returned (the file-size limit caps what is written)
 UID_BASE, UID_POOL = 200_000, 50_000  # uids with no files and no passwd entry
-_uids = itertools.count()
 
 # Runs inside the new namespaces, as root there, before the code: private /tmp, empty tmpfs
 # for the other world-writable places, then drop to the run's uid and exec Python.
@@ -64,6 +67,52 @@ def _exited_within(proc: subprocess.Popen, timeout_s: float) -> bool:
         return bool(select.select([fd], [], [], timeout_s)[0])
     finally:
         os.close(fd)
+
+
+class UidPool:
+    """Run uids leased node-wide, so two runs never share a uid, whichever processes of the node
+    start them (env actors each run their own sandbox). Uid `base + i` is leased while a process
+    holds a POSIX lock on byte number `base + i` of one lock file (created by the service's user, 0600, in its
+    temporary folder); the kernel releases the lock when the holder exits, so a crashed actor
+    leaks nothing. POSIX locks belong to a process, not a thread: the uids leased by this
+    process's threads are also kept in a set. The search starts at a random index, so a uid is
+    seldom reused soon after its run."""
+
+    _held: set[int] = set()
+    _guard = threading.Lock()
+    _files: dict[Path, int] = {}  # one descriptor per lock file and process: closing any would drop every lock on it
+
+    def __init__(self, lock_file: Path | None = None, base: int = UID_BASE, size: int = UID_POOL) -> None:
+        self.lock_file = lock_file or Path(tempfile.gettempdir()) / "rlsvc-sandbox-uids.lock"
+        self.base, self.size = base, size
+
+    def _fd(self) -> int:
+        if self.lock_file not in self._files:
+            self._files[self.lock_file] = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        return self._files[self.lock_file]
+
+    @contextmanager
+    def lease(self) -> Iterator[int]:
+        with self._guard:
+            fd, start = self._fd(), random.randrange(self.size)
+            for k in range(self.size):
+                i = (start + k) % self.size
+                if self.base + i in self._held:
+                    continue
+                try:
+                    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, self.base + i)
+                except OSError:  # another process's run holds it
+                    continue
+                self._held.add(self.base + i)
+                break
+            else:
+                raise SandboxUnavailable(f"all {self.size} sandbox uids are in use on this node")
+        try:
+            yield self.base + i
+        finally:
+            with self._guard:
+                fcntl.lockf(fd, fcntl.LOCK_UN, 1, self.base + i)
+                self._held.discard(self.base + i)
 
 
 def remove_tree(path: Path) -> None:
@@ -161,6 +210,7 @@ class LocalSandbox:
         self.limits = limits or SandboxLimits()
         self.python = python or _sandbox_python()
         self.as_root = os.geteuid() == 0
+        self.uids = UidPool()
         missing = [tool for tool in ("prlimit", "unshare", "setpriv") if shutil.which(tool) is None]
         if missing:
             raise SandboxUnavailable(f"LocalSandbox needs util-linux's {', '.join(missing)} on PATH")
@@ -189,7 +239,10 @@ class LocalSandbox:
         return ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), *code]
 
     def run(self, code: str, timeout_s: float = 5.0) -> SandboxResult:
-        uid = UID_BASE + (os.getpid() * 97 + next(_uids)) % UID_POOL
+        with self.uids.lease() as uid:
+            return self._run(code, timeout_s, uid)
+
+    def _run(self, code: str, timeout_s: float, uid: int) -> SandboxResult:
         folder = Path(tempfile.mkdtemp(prefix="rlsvc-sbx-"))
         io_dir = Path(tempfile.mkdtemp(prefix="rlsvc-sbx-io-"))  # outside the run's reach
         out, err = io_dir / "stdout", io_dir / "stderr"

@@ -198,3 +198,44 @@ def test_a_node_that_cannot_confine_code_is_refused_at_start(monkeypatch):
     monkeypatch.setattr(local, "_INSIDE", local._INSIDE.replace("mount --bind", "mount --no-such-flag --bind"))
     with pytest.raises(SandboxUnavailable, match="cannot confine code on this node"):
         LocalSandbox()
+
+
+def test_run_uids_are_leased_node_wide(tmp_path):
+    """Two runs never share a uid: not across threads of one process (POSIX locks are per
+    process, the pool's own set covers that), nor across processes (the lock file's byte ranges)."""
+    import contextlib
+
+    from rlsvc.sandbox.local import SandboxUnavailable, UidPool
+
+    lock = tmp_path / "uids.lock"
+    pool = UidPool(lock, base=1000, size=3)
+    with contextlib.ExitStack() as stack:
+        held = {stack.enter_context(pool.lease()) for _ in range(3)}
+        assert held == {1000, 1001, 1002}
+        with pytest.raises(SandboxUnavailable), pool.lease():
+            pass
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\nfrom pathlib import Path\nfrom rlsvc.sandbox.local import UidPool\n"
+            f"with UidPool(Path({str(lock)!r}), base=1000, size=2).lease() as uid:\n"
+            "    print(uid, flush=True)\n    time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        theirs = int(holder.stdout.readline())
+        with UidPool(lock, base=1000, size=2).lease() as mine:
+            assert {mine, theirs} == {1000, 1001}
+        other = 1000 if theirs == 1001 else 1001
+        with UidPool(lock, base=other, size=1).lease() as free:
+            assert free == other
+        with pytest.raises(SandboxUnavailable), UidPool(lock, base=theirs, size=1).lease():
+            pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with UidPool(lock, base=theirs, size=1).lease() as uid:  # the kernel dropped the dead holder's lock
+        assert uid == theirs
