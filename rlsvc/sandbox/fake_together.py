@@ -4,8 +4,9 @@ It speaks the service's protocol (`POST /v1/tci/execute`, bearer auth, sessions,
 stdout/stderr/error, failure objects) and really runs the code, in a LocalSandbox. Session state
 is kept by replaying a session's earlier cells (their output discarded) before the new one, so
 variables and imports carry over as in the real service. Faults are queued through
-`POST /fake/faults` (`{"faults": ["429", "500", "503", "timeout", "failed"]}`), one per request,
-and `GET /fake/stats` counts what happened.
+`POST /fake/faults` (`{"faults": ["429", "500", "503", "timeout", "failed", "flood", "big"]}`;
+`flood` and `big`: a success whose stdout is 12 MB or 1 MB), one per request, and
+`GET /fake/stats` counts what happened.
 
     python -m rlsvc.sandbox.fake_together --port 8911 --api-key test-key
 """
@@ -47,6 +48,10 @@ def build_app(api_key: str, limits: SandboxLimits | None = None, timeout_s: floa
             stats[f"fault_{fault}"] += 1
             if fault == "timeout":
                 await asyncio.sleep(fault_sleep_s)
+            elif fault in ("flood", "big"):  # what the service sends for code that prints a lot
+                sid = body.get("session_id") or f"ses_{secrets.token_urlsafe(12)}"
+                size = 12 * 2**20 if fault == "flood" else 2**20
+                return {"data": {"session_id": sid, "status": "success", "outputs": [{"type": "stdout", "data": "x" * size}]}}
             elif fault == "failed":
                 return {
                     "data": {"session_id": body.get("session_id"), "status": "failed", "outputs": []},

@@ -15,6 +15,7 @@ in an exception message, a log line or a repr.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -22,10 +23,13 @@ from dataclasses import dataclass
 
 import httpx
 
-from rlsvc.sandbox.local import SandboxResult
+from rlsvc.sandbox.local import OUTPUT_LIMIT, SandboxResult
 
 DEFAULT_BASE_URL = "https://api.together.xyz/v1"
 RETRIABLE_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+MAX_RESPONSE_BYTES = 8 * 2**20
+"""A response body past this is not read: the code flooded its output (the local sandbox's
+file-size limit, 8 MB, is the same bound); stdout and stderr kept are capped as the local ones."""
 
 
 class InterpreterError(RuntimeError):
@@ -79,14 +83,18 @@ class TogetherInterpreter:
                 self.retries += 1
             t0 = time.perf_counter()
             try:
-                resp = self._http.post("/tci/execute", json=body)
+                with self._http.stream("POST", "/tci/execute", json=body) as resp:
+                    raw = _read_capped(resp, MAX_RESPONSE_BYTES)
             except httpx.TimeoutException:
                 last, wait = "timed out", None
             except httpx.TransportError as e:
                 last, wait = f"connection failed ({type(e).__name__})", None
             else:
+                if resp.status_code == 200 and raw is None:  # the code's output flood: a result, like the local limit
+                    flood = f"Killed: output over the {MAX_RESPONSE_BYTES // 2**20} MB response limit"
+                    return SandboxResult("", "", 1, False, flood, time.perf_counter() - t0), session_id
                 if resp.status_code == 200:
-                    payload = resp.json()
+                    payload = json.loads(raw or b"{}")
                     data = payload.get("data") or {}
                     if not payload.get("errors") and data.get("status") != "failed":
                         return _result(data, time.perf_counter() - t0), data.get("session_id") or session_id
@@ -94,7 +102,8 @@ class TogetherInterpreter:
                 elif resp.status_code in RETRIABLE_STATUS:
                     last, wait = f"HTTP {resp.status_code}", _retry_after(resp)
                 else:  # 4xx other than the above: our request is wrong, retrying cannot help
-                    raise InterpreterError(f"Code Interpreter refused the request: HTTP {resp.status_code} {_brief(resp.text)}")
+                    text = (raw or b"").decode("utf-8", "replace")
+                    raise InterpreterError(f"Code Interpreter refused the request: HTTP {resp.status_code} {_brief(text)}")
             if attempt + 1 < self.retry.attempts:
                 time.sleep(self._backoff(attempt, wait))
         raise InterpreterError(f"Code Interpreter failed after {self.retry.attempts} attempts: {last}")
@@ -106,6 +115,17 @@ class TogetherInterpreter:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _read_capped(resp: httpx.Response, limit: int) -> bytes | None:
+    """The response body, or None past `limit` bytes (read no further: the rest is dropped)."""
+    chunks, size = [], 0
+    for chunk in resp.iter_bytes():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -136,4 +156,5 @@ def _result(data: dict, elapsed: float) -> SandboxResult:
         lines = [ln for ln in "\n".join(errors).strip().splitlines() if ln.strip()]
         error = lines[-1].strip()[:500] if lines else "error"
         stderr.append("\n".join(errors))
-    return SandboxResult("".join(stdout), "".join(stderr), 1 if errors else 0, False, error, elapsed)
+    # the same caps as the local sandbox's
+    return SandboxResult("".join(stdout)[:OUTPUT_LIMIT], "".join(stderr)[:OUTPUT_LIMIT], 1 if errors else 0, False, error, elapsed)

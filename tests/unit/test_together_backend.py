@@ -80,3 +80,16 @@ def test_sandboxed_on_the_fake_side_too(client, fake):
     r, _ = client.execute("import socket\nsocket.create_connection(('127.0.0.1', 80), timeout=1)")
     assert r.error and "unreachable" in r.error.lower()
     assert stats(fake)["executions"] >= 1
+
+
+def test_an_output_flood_is_a_capped_result_not_a_failure(client, fake):
+    """A response past the size limit is not read into memory: the run is a result killed for
+    its output, as the local sandbox's file-size limit makes it, and nothing is retried."""
+    before = client.retries
+    faults(fake, "flood")
+    r, sid = client.execute("while True:\n    print('x' * 1000)")
+    assert r.error.startswith("Killed: output over the 8 MB") and r.exit_code == 1 and r.stdout == "" and sid is None
+    assert client.retries == before
+    faults(fake, "big")  # 1 MB of stdout: under the response limit, kept up to the local sandbox's cap
+    r, sid = client.execute("print('x' * 2**20)")
+    assert r.error is None and sid and r.stdout == "x" * 64 * 1024
