@@ -50,7 +50,9 @@ def test_wrong_and_broken_solutions_score_partially_or_zero(box):
     score = score_output(box.run(program, 10).stdout, nonce, problem)
     assert score.fraction == 0.0 and score.error.startswith("SyntaxError")
     program, nonce = unit_test_program(problem, "while True:\n    pass")
-    assert score_output(box.run(program, 2).stdout, nonce, problem) == Score(0, 6, "no test result (the run was killed, timed out or exited early)")
+    assert score_output(box.run(program, 2).stdout, nonce, problem) == Score(
+        0, 6, "no test result (the run was killed, timed out or exited early)"
+    )
 
 
 def test_return_values_are_compared_with_their_types():
