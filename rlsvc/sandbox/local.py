@@ -234,7 +234,11 @@ class LocalSandbox:
         ns = ["--mount", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--ipc", "--uts"]
         if not self.as_root:
             ns = ["--user", "--map-root-user", *ns]
-        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs"] if self.as_root else []
+        # The kernel clears the parent-death signal that unshare's --kill-child set when setpriv
+        # changes the uid; without setting it again, a run whose PID 1 leaves the process group
+        # (setsid) outlives the kill on timeout. With it, the run's PID 1 dies with unshare.
+        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--pdeathsig=SIGKILL"]
+        drop = drop if self.as_root else []
         code = [*drop, self.python, "-I", "-B", "-X", "utf8", "/tmp/main.py"]
         return ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), *code]
 

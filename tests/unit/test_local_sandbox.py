@@ -26,14 +26,19 @@ def box() -> LocalSandbox:
 
 
 def sandbox_processes() -> list[int]:
-    """PIDs of live processes owned by a sandbox uid."""
+    """PIDs of live processes owned by a sandbox uid (a zombie is dead: it waits for the node's
+    init to reap it)."""
     pids = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
-            uid_line = next(ln for ln in status.read_text().splitlines() if ln.startswith("Uid:"))
-        except (OSError, StopIteration):
+            fields = dict(ln.split(":", 1) for ln in status.read_text().splitlines() if ":" in ln)
+        except OSError:
             continue
-        if UID_BASE <= int(uid_line.split()[1]) < UID_BASE + UID_POOL:
+        if (
+            "Uid" in fields
+            and UID_BASE <= int(fields["Uid"].split()[0]) < UID_BASE + UID_POOL
+            and not fields["State"].strip().startswith("Z")
+        ):
             pids.append(int(status.parent.name))
     return pids
 
@@ -66,6 +71,9 @@ HOSTILE = {
     "memory bomb": "chunks = []\nwhile True:\n    chunks.append(bytearray(64 * 1024 * 1024))",
     "infinite loop": "while True:\n    pass",
     "output flood": "while True:\n    print('x' * 1000)",
+    # the run's PID 1 leaves the process group the sandbox kills on timeout: it must still die
+    # (its parent-death signal, set again after the uid change)
+    "leaves the process group": "import os, time\nos.setsid()\ntime.sleep(60)",
     "background children": (
         "import os, subprocess\n"
         "subprocess.Popen(['sleep', '60'], start_new_session=True)\n"
