@@ -19,6 +19,7 @@ user, so files that user can write outside the folder are not protected.
 
 from __future__ import annotations
 
+import ctypes.util
 import fcntl
 import logging
 import os
@@ -35,7 +36,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pyseccomp
+
 log = logging.getLogger(__name__)
+# The run's first code (boot.py: loads its syscall filter, then runs main.py) and what it needs
+BOOT_DIR = ".rlsvc-boot"
+BOOT_FILES = (Path(__file__).with_name("boot.py"), Path(pyseccomp.__file__))
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr returned (the file-size limit caps what is written)
 UID_BASE, UID_POOL = 200_000, 50_000  # uids with no files and no passwd entry
 
@@ -210,6 +216,7 @@ class LocalSandbox:
         self.limits = limits or SandboxLimits()
         self.python = python or _sandbox_python()
         self.as_root = os.geteuid() == 0
+        self.libraries = [ctypes.util.find_library("c") or "libc.so.6", ctypes.util.find_library("seccomp") or "libseccomp.so.2"]
         self.uids = UidPool()
         missing = [tool for tool in ("prlimit", "unshare", "setpriv") if shutil.which(tool) is None]
         if missing:
@@ -239,7 +246,7 @@ class LocalSandbox:
         # (setsid) outlives the kill on timeout. With it, the run's PID 1 dies with unshare.
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--pdeathsig=SIGKILL"]
         drop = drop if self.as_root else []
-        code = [*drop, self.python, "-I", "-B", "-X", "utf8", "/tmp/main.py"]
+        code = [*drop, self.python, "-I", "-B", "-X", "utf8", f"/tmp/{BOOT_DIR}/boot.py", *self.libraries]
         return ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), *code]
 
     def run(self, code: str, timeout_s: float = 5.0) -> SandboxResult:
@@ -252,6 +259,10 @@ class LocalSandbox:
         out, err = io_dir / "stdout", io_dir / "stderr"
         try:
             (folder / "main.py").write_text(code)
+            boot = folder / BOOT_DIR  # the service's (root's, under root): the run reads it and cannot change it
+            boot.mkdir()
+            for source in BOOT_FILES:
+                shutil.copyfile(source, boot / source.name)
             if self.as_root:
                 os.chown(folder, uid, uid)
                 os.chown(folder / "main.py", uid, uid)

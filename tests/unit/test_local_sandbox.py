@@ -3,7 +3,9 @@ file behind, sees no secret and no network, and the sandbox keeps serving afterw
 
 from __future__ import annotations
 
+import errno
 import json
+import platform
 import socket
 import subprocess
 import sys
@@ -121,6 +123,46 @@ def test_what_a_run_leaves_in_its_folder_is_removed_without_failing_the_run(box,
     assert r.stdout == "left it\n" and r.error is None, r.stderr[-500:]
     assert Path("/etc/hostname").exists() or Path("/etc/passwd").exists()  # a link's target is not followed
     check_clean(box, before)
+
+
+# x86_64 numbers where glibc has no wrapper (CI's machine); errno after each denied call
+SYSCALLS = {"keyctl": 250, "io_uring_setup": 425, "bpf": 321, "perf_event_open": 298, "userfaultfd": 323}
+KERNEL_SURFACE = {
+    "a new user namespace (full capabilities inside)": "libc.unshare(0x10000000)",
+    "a new mount namespace through clone": "libc.syscall(56, 0x00020000 | 17, 0, 0, 0, 0)",  # clone(CLONE_NEWNS | SIGCHLD)
+    "joining a namespace": "libc.setns(os.open('/proc/self/ns/net', os.O_RDONLY), 0)",
+    "mounting": "libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)",
+    "the session keyring": f"libc.syscall({SYSCALLS['keyctl']}, 0, -3, 0, 0, 0)",  # KEYCTL_GET_KEYRING_ID
+    "io_uring": f"libc.syscall({SYSCALLS['io_uring_setup']}, 8, ctypes.create_string_buffer(120))",
+    "bpf": f"libc.syscall({SYSCALLS['bpf']}, 5, ctypes.create_string_buffer(128), 128)",  # BPF_PROG_LOAD
+    "ptrace": "libc.ptrace(0, 0, 0, 0)",  # PTRACE_TRACEME
+    "perf events": f"libc.syscall({SYSCALLS['perf_event_open']}, ctypes.create_string_buffer(128), 0, -1, -1, 0)",
+    "userfaultfd": f"libc.syscall({SYSCALLS['userfaultfd']}, 0)",
+}
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the syscall numbers above are x86_64's")
+@pytest.mark.parametrize("name", KERNEL_SURFACE)
+def test_kernel_surface_is_denied_by_the_syscall_filter(box, name):
+    code = f"import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nprint({KERNEL_SURFACE[name]}, ctypes.get_errno())"
+    r = box.run(code, timeout_s=TIMEOUT)
+    assert r.error is None, r.stderr[-500:]
+    assert r.stdout.split() == ["-1", str(errno.EPERM)]
+
+
+def test_ordinary_programs_still_run_under_the_filter(box):
+    """Threads, subprocesses and multiprocessing (clone3 answers ENOSYS; the C library falls
+    back to clone without namespace flags), ctypes, and the program's own __main__ guard."""
+    code = (
+        "import ctypes.util, multiprocessing, subprocess, threading\n"
+        "out = []\nt = threading.Thread(target=out.append, args=('thread',))\nt.start()\nt.join()\n"
+        "out.append(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
+        "if __name__ == '__main__':\n"
+        "    p = multiprocessing.Process(target=print, args=('process',))\n    p.start()\n    p.join()\n"
+        "    print(*out, ctypes.util.find_library('c') is not None)"
+    )
+    r = box.run(code, timeout_s=10)
+    assert (r.stdout, r.error) == ("process\nthread child True\n", None), r.stderr[-500:]
 
 
 def test_no_writes_outside_its_folder(box, tmp_path):
