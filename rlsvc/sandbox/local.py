@@ -5,14 +5,16 @@ What confines a run (Linux; util-linux's prlimit, unshare and setpriv):
   stderr: they go to files), open files, processes;
 - namespaces (unshare): no network (a new network namespace whose only interface is down); its
   own PID namespace, so when the run ends every process it started dies with it, background
-  children and daemons included; its own mount namespace, where /tmp is the run's private folder
-  and /dev/shm and /var/tmp are small empty tmpfs mounts that vanish with it; /proc shows only
-  the run's processes;
+  children and daemons included; its own mount namespace with a root built for it (`_INSIDE`):
+  the system's /usr read-only, package folders covered, /tmp the run's private folder, small
+  empty tmpfs for /dev/shm, /run, /var and /home, nothing else of the host; /proc shows only the
+  run's processes;
 - a user of its own (setpriv, when the service runs as root; leased node-wide, `UidPool`): a
   uid with no files, so it can write nowhere but its folder, read no private file of the
   service, and its process limit is its own (root ignores RLIMIT_NPROC);
 - a clean environment: none of the service's variables (API keys) reach the code;
-- a wall-clock timeout, after which the whole tree is killed.
+- a wall-clock timeout, after which the whole tree is killed;
+- a syscall filter, loaded by the run's first code (rlsvc/sandbox/boot.py).
 Without root, a user namespace stands in for the separate uid: the code then runs as the service's
 user, so files that user can write outside the folder are not protected.
 """
@@ -45,16 +47,42 @@ BOOT_FILES = (Path(__file__).with_name("boot.py"), Path(pyseccomp.__file__))
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr returned (the file-size limit caps what is written)
 UID_BASE, UID_POOL = 200_000, 50_000  # uids with no files and no passwd entry
 
-# Runs inside the new namespaces, as root there, before the code: private /tmp, empty tmpfs
-# for the other world-writable places, then drop to the run's uid and exec Python.
+# Runs inside the new namespaces, as root there, before the code: builds the run's root on an
+# empty tmpfs and enters it. Read-only: the system's /usr (interpreter, standard library, tools;
+# its site-packages covered by empty read-only mounts, since that is where the service and its
+# hidden tests are installed in an image), the dynamic linker's cache, four device nodes.
+# Writable and size-limited: /tmp (the run's folder), /dev/shm, /run, /var, /home. Nothing else of
+# the host: not the project, not the service's files, not a host unix socket.
+# Arguments: the run's folder, the empty folder the root is built on, the site folders to cover
+# (":"-separated), then the command.
 _INSIDE = r"""
 set -e
-mount --bind "$1" /tmp
-mount -t tmpfs -o size=16m,mode=1777 tmpfs /dev/shm
-if [ -d /var/tmp ]; then mount -t tmpfs -o size=1m,mode=1777 tmpfs /var/tmp; fi
-cd /tmp
-shift
-exec "$@"
+R="$2"
+mount -t tmpfs -o size=1m,mode=755 rlsvc-root "$R"
+mkdir "$R/usr" "$R/etc" "$R/proc" "$R/dev" "$R/tmp" "$R/run" "$R/var" "$R/home"
+mount --rbind /usr "$R/usr"
+mount -o remount,bind,ro "$R/usr"
+for d in bin sbin lib lib64 lib32 libx32; do
+  if [ -L "/$d" ]; then ln -s "$(readlink "/$d")" "$R/$d";
+  elif [ -d "/$d" ]; then mkdir "$R/$d"; mount --rbind "/$d" "$R/$d"; mount -o remount,bind,ro "$R/$d"; fi
+done
+IFS=:
+for d in $3; do
+  if [ -d "$R$d" ]; then mount -t tmpfs -o ro,size=4k,mode=755 rlsvc-hidden "$R$d"; fi
+done
+unset IFS
+touch "$R/etc/ld.so.cache"
+mount --bind /etc/ld.so.cache "$R/etc/ld.so.cache"
+mount -o remount,bind,ro "$R/etc/ld.so.cache"
+for n in null zero random urandom; do touch "$R/dev/$n"; mount --bind "/dev/$n" "$R/dev/$n"; done
+ln -s /proc/self/fd "$R/dev/fd"
+mkdir "$R/dev/shm"
+mount -t tmpfs -o size=16m,mode=1777 tmpfs "$R/dev/shm"
+for d in run var home; do mount -t tmpfs -o size=1m,mode=1777 tmpfs "$R/$d"; done
+mount --bind "$1" "$R/tmp"
+mount -t proc proc "$R/proc"
+shift 3
+exec "$(PATH="/usr/sbin:/sbin:$PATH" command -v chroot)" "$R" /bin/sh -c 'cd /tmp && exec "$@"' rlsvc-sandbox "$@"
 """
 
 
@@ -188,6 +216,14 @@ def _sandbox_python() -> str:
     return shutil.which("python3") or "python3"
 
 
+def _site_dirs(python: str) -> list[str]:
+    """Where `python` finds installed packages (covered in the run's root: the service's own
+    package and its hidden tests may be installed there)."""
+    code = "import site, sys; print(*site.getsitepackages(), *(p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))), sep='\\n')"
+    out = subprocess.run([python, "-I", "-c", code], capture_output=True, text=True, timeout=60)
+    return sorted({p for p in out.stdout.splitlines() if p.startswith("/usr/") and ":" not in p})
+
+
 def _error_line(stderr: str, exit_code: int | None, timed_out: bool, timeout_s: float, limits: SandboxLimits) -> str | None:
     if timed_out:
         return f"TimeoutError: no result within {timeout_s:g} s (wall clock)"
@@ -216,6 +252,7 @@ class LocalSandbox:
         self.limits = limits or SandboxLimits()
         self.python = python or _sandbox_python()
         self.as_root = os.geteuid() == 0
+        self.site_dirs = _site_dirs(self.python)
         self.libraries = [ctypes.util.find_library("c") or "libc.so.6", ctypes.util.find_library("seccomp") or "libseccomp.so.2"]
         self.uids = UidPool()
         missing = [tool for tool in ("prlimit", "unshare", "setpriv") if shutil.which(tool) is None]
@@ -228,7 +265,7 @@ class LocalSandbox:
             why = (probe.stderr.strip().splitlines() or [probe.error or "no output"])[-1]
             raise SandboxUnavailable(f"LocalSandbox cannot confine code on this node: {why}")
 
-    def _command(self, folder: Path, uid: int) -> list[str]:
+    def _command(self, folder: Path, root: Path, uid: int) -> list[str]:
         lim = self.limits
         limits = [
             f"--as={lim.memory_mb * 2**20}",
@@ -247,7 +284,8 @@ class LocalSandbox:
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--pdeathsig=SIGKILL"]
         drop = drop if self.as_root else []
         code = [*drop, self.python, "-I", "-B", "-X", "utf8", f"/tmp/{BOOT_DIR}/boot.py", *self.libraries]
-        return ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), *code]
+        hidden = ":".join(self.site_dirs)
+        return ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), str(root), hidden, *code]
 
     def run(self, code: str, timeout_s: float = 5.0) -> SandboxResult:
         with self.uids.lease() as uid:
@@ -256,6 +294,7 @@ class LocalSandbox:
     def _run(self, code: str, timeout_s: float, uid: int) -> SandboxResult:
         folder = Path(tempfile.mkdtemp(prefix="rlsvc-sbx-"))
         io_dir = Path(tempfile.mkdtemp(prefix="rlsvc-sbx-io-"))  # outside the run's reach
+        root = Path(tempfile.mkdtemp(prefix="rlsvc-sbx-root-"))  # empty: the run's root is mounted on it in its namespace
         out, err = io_dir / "stdout", io_dir / "stderr"
         try:
             (folder / "main.py").write_text(code)
@@ -278,7 +317,13 @@ class LocalSandbox:
             t0 = time.perf_counter()
             with out.open("wb") as fo, err.open("wb") as fe:
                 proc = subprocess.Popen(
-                    self._command(folder, uid), stdin=subprocess.DEVNULL, stdout=fo, stderr=fe, env=env, cwd="/", start_new_session=True
+                    self._command(folder, root, uid),
+                    stdin=subprocess.DEVNULL,
+                    stdout=fo,
+                    stderr=fe,
+                    env=env,
+                    cwd="/",
+                    start_new_session=True,
                 )
                 if not _exited_within(proc, timeout_s):
                     timed_out = True
@@ -295,6 +340,7 @@ class LocalSandbox:
         finally:
             remove_tree(folder)
             remove_tree(io_dir)
+            remove_tree(root)
 
 
 ERROR_MARK = "<<rlsvc-cell-error>>"

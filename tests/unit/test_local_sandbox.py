@@ -3,6 +3,7 @@ file behind, sees no secret and no network, and the sandbox keeps serving afterw
 
 from __future__ import annotations
 
+import ast
 import errno
 import json
 import platform
@@ -19,6 +20,7 @@ from rlsvc.sandbox import LocalSandbox, SandboxLimits
 from rlsvc.sandbox.local import UID_BASE, UID_POOL
 
 TIMEOUT = 3.0
+REPO = Path(__file__).resolve().parents[2]
 SENTINEL = "rlsvc-sentinel-7f3a9c"
 
 
@@ -163,6 +165,59 @@ def test_ordinary_programs_still_run_under_the_filter(box):
     )
     r = box.run(code, timeout_s=10)
     assert (r.stdout, r.error) == ("process\nthread child True\n", None), r.stderr[-500:]
+
+
+def test_the_run_sees_a_minimal_root(box, tmp_path):
+    """Its root is built for it: the system's /usr read-only with its package folders covered,
+    empty writable tmpfs elsewhere; not the project (where the hidden tests live), not the
+    service's files, not a unix socket of the host."""
+    from rlsvc.tasks.programming import PROBLEMS_FILE
+
+    host_socket = socket.socket(socket.AF_UNIX)
+    host_socket.bind(str(tmp_path / "host.sock"))
+    host_socket.listen()
+    code = f"""
+import os, socket
+print(sorted(os.listdir("/")))
+print(os.path.exists({str(PROBLEMS_FILE)!r}), os.path.exists({str(REPO)!r}), os.path.exists("/root"), os.path.exists("/opt"))
+print(sorted({{n for d in {box.site_dirs!r} if os.path.isdir(d) for n in os.listdir(d)}}))
+print([os.listdir(d) for d in ("/run", "/var", "/home", "/etc")])
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect({str(tmp_path / "host.sock")!r})
+    print("connected")
+except OSError as e:
+    print(type(e).__name__)
+try:
+    open("/usr/rlsvc-probe", "w")
+except OSError as e:
+    print(e.errno == 30)
+open("/run/rlsvc-probe", "w").write("gone with the run")
+"""
+    try:
+        r = box.run(code, timeout_s=TIMEOUT)
+    finally:
+        host_socket.close()
+    assert r.error is None, r.stderr[-500:]
+    lines = r.stdout.splitlines()
+    assert set(ast.literal_eval(lines[0])) <= {
+        "bin",
+        "dev",
+        "etc",
+        "home",
+        "lib",
+        "lib32",
+        "lib64",
+        "libx32",
+        "proc",
+        "run",
+        "sbin",
+        "tmp",
+        "usr",
+        "var",
+    }
+    assert lines[1:] == ["False False False False", "[]", "[[], [], [], ['ld.so.cache']]", "FileNotFoundError", "True"]
+    assert not Path("/run/rlsvc-probe").exists()
 
 
 def test_no_writes_outside_its_folder(box, tmp_path):
