@@ -3,9 +3,10 @@
 #   docker build -f docker/cpu.Dockerfile -t rlsvc-cpu:latest .
 FROM python:3.11-slim-bookworm
 
-# libnuma: vLLM's CPU backend; libgomp: torch's OpenMP; procps/curl: Ray's health checks and probes
+# libnuma: vLLM's CPU backend; libgomp: torch's OpenMP; libseccomp2: the code sandbox's syscall
+# filter; procps/curl: Ray's health checks and probes
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libnuma1 libgomp1 procps curl \
+ && apt-get install -y --no-install-recommends libnuma1 libgomp1 libseccomp2 procps curl \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /app
