@@ -13,6 +13,11 @@ the producer `apply`s the newest staged version between two batches, so an engin
 weights inside a batch, is never drained and never rebuilt, and a batch carries one version.
 Off-policy correction is the loss's: the clipped ratio against vLLM's behaviour logprobs, or, with
 `grpo.tis_cap`, decoupled PPO with truncated importance weights.
+
+A policy actor that dies (a rollout worker in the producer, a trainer rank or the reference in the
+trainer thread) surfaces from `step` as the actor error; the job then recovers as it does for the
+synchronous loop (rlsvc/recovery.py): the producer is stopped, the actors replaced, everything
+restored from the newest checkpoint, and the next `step` starts a new producer from there.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import time
 from dataclasses import dataclass, field
 
 from rlsvc.buffer.replay import Episode
+from rlsvc.cluster.errors import ActorDied
 from rlsvc.loop import GRPOLoop
+from rlsvc.rollout.runner import RolloutWorkerLost
 from rlsvc.weight_sync.base import Staged
 
 
@@ -63,6 +70,8 @@ class RolloutProducer:
 
     def next_batch(self, timeout_s: float = 1800.0) -> PlayedBatch:
         item = self.batches.get(timeout=timeout_s)
+        if isinstance(item, (RolloutWorkerLost, ActorDied)):
+            raise item  # a policy actor died: the job restarts from its newest checkpoint (rlsvc/recovery.py)
         if isinstance(item, BaseException):
             raise RuntimeError("the rollout producer failed") from item
         return item

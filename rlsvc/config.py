@@ -45,6 +45,12 @@ class RunConfig(Strict):
     cluster `output_dir` must be storage the trainer nodes share with the driver."""
     keep_checkpoints: int = Field(2, ge=1)
     """How many checkpoints to keep (the newest); older ones are deleted once a new one is complete."""
+    preemption_grace_s: float = Field(25.0, gt=0)
+    """On SIGTERM (a pod deleted, `ray job stop`, a node reclaimed) the driver finishes the step in
+    flight, writes a checkpoint and exits with code 143; `--resume` continues. Past this many
+    seconds it exits without waiting (the newest checkpoint stands). Keep it below what the
+    platform waits before SIGKILL: Kubernetes' `terminationGracePeriodSeconds` (30 s by default),
+    Ray's `RAY_JOB_STOP_WAIT_TIME_S` for `ray job stop` (3 s by default: raise it)."""
 
 
 class TitanModelConfig(Strict):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +30,10 @@ from rlsvc.config import Config, flatten, to_yaml
 from rlsvc.loop import GRPOLoop
 from rlsvc.models.spec import ModelSpec, ScratchModel
 from rlsvc.policy_io import TaskCodec, make_codec
+from rlsvc.preemption import EXIT_CODE as PREEMPTED
+from rlsvc.preemption import Preemption
 from rlsvc.recovery import recover_with_retries
+from rlsvc.rollout.runner import RolloutWorkerLost
 from rlsvc.rollout.spec import EngineSpec
 from rlsvc.task import Task, TaskError
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
@@ -110,10 +115,12 @@ def train(
     started: float,
     transcripts: Path,
     at: TrainingStart,
+    stop: Callable[[], bool] = lambda: False,
 ) -> tuple[dict[str, float], Best | None, list]:
-    """GRPO steps from `at.start_step` until `run.steps` or the time budget; validates every
-    `eval.every_steps` and checkpoints every `run.checkpoint_every` and after the last step.
-    Returns the last step's metrics, the best validated policy, and the last step's episodes."""
+    """GRPO steps from `at.start_step` until `run.steps`, the time budget, or `stop()` (checked
+    between steps: preemption); validates every `eval.every_steps` and checkpoints every
+    `run.checkpoint_every` and after the last step. Returns the last step's metrics, the best
+    validated policy, and the last step's episodes."""
     last: dict[str, float] = {}
     episodes: list = []
     best = at.best
@@ -166,6 +173,9 @@ def train(
             if cfg.run.time_budget_minutes and time.time() - started > cfg.run.time_budget_minutes * 60:
                 console.print(f"time budget of {cfg.run.time_budget_minutes} min reached after {step} steps")
                 break
+            if stop():
+                console.print(f"SIGTERM: stopping after step {step}, with a checkpoint; continue with --resume {run_dir}")
+                break
             try:
                 last, episodes = loop.step(step)
                 ledger(step=step + 1, groups=loop.trained_groups)
@@ -182,10 +192,12 @@ def train(
                     tracker.log_metrics({"eval/val_return": val, "time/validate_s": time.perf_counter() - t_val}, step=step + 1)
                 if cfg.run.checkpoint_every and (step + 1) % cfg.run.checkpoint_every == 0:
                     checkpoint(step + 1)
-            except ActorDied as err:
+            except (ActorDied, RolloutWorkerLost) as err:
                 # A trainer rank, the reference or a rollout worker died (env, reward and buffer
                 # actors are restarted by Ray underneath); the error may also be a surviving
-                # rank's, whose collective lost its peer. Restart from the newest checkpoint.
+                # rank's, whose collective lost its peer. Restart from the newest checkpoint. (A
+                # rollout worker lost in the synchronous loop is replaced inside its step; the
+                # asynchronous loop's producer reports it here.)
                 dead = loop.svc.dead_policy_actors()
                 if not dead:
                     raise
@@ -256,6 +268,13 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
     conn = None
     svc: Services | None = None
     status = "FAILED"
+
+    def out_of_grace() -> None:
+        console.print(f"SIGTERM: the step in flight did not end within run.preemption_grace_s={cfg.run.preemption_grace_s}; exiting")
+        tracker.finish("KILLED")
+        os._exit(PREEMPTED)  # the newest checkpoint is where --resume starts
+
+    preemption = Preemption(cfg.run.preemption_grace_s, out_of_grace)
     try:
         if resume is None:
             tracker.log_params(flatten(cfg.model_dump(mode="json")))
@@ -269,6 +288,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         with ThreadPoolExecutor(1, thread_name_prefix="rlsvc-prepare") as pool:
             preparing = pool.submit(prepare_model, cfg)
             conn = connect(cfg.cluster, metadata=ray_job_metadata(cfg, tracker.run_id, experiment))
+        preemption.install()  # after Ray's: ray.init sets a SIGTERM handler that exits at once
         resources, nodes = cluster_view()
         tracker.set_tags(
             {
@@ -328,10 +348,14 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         # the time budget and `time/since_start_s` count the time the run had before it was resumed
         clock = started - (resume.state["elapsed_s"] if resume else 0.0)
         try:
-            last, best, last_episodes = train(cfg, loop, model, tracker, console, clock, transcripts, at)
+            last, best, last_episodes = train(cfg, loop, model, tracker, console, clock, transcripts, at, lambda: preemption.requested)
         finally:
             loop.close()
         train_s = time.time() - t_train
+        if preemption.requested and loop.version < cfg.run.steps:
+            tracker.set_tags({"rlsvc.preempted_after_step": str(loop.version)})
+            status = "KILLED"
+            return PREEMPTED
         final, saved_version = final_weights(cfg, loop, best, console)
         checkpoint = save_final(cfg, model, final, saved_version, codec, run_dir / "checkpoint")
         result: dict[str, float] = {}
@@ -384,6 +408,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             svc.stop()
         if conn is not None:
             conn.shutdown()
+        preemption.uninstall()
 
 
 def resumed_tags(tracker: MlflowTracker, cfg: Config, resume: ResumePoint) -> dict[str, str]:

@@ -46,6 +46,7 @@ def recover(loop: Any, run_dir: Path, setup_trainers: Callable[[], Any]) -> tupl
     builds the trainer on the new ranks and returns its spec (the reference is built from it). Returns
     the checkpoint's step and its best policy."""
     svc = loop.svc
+    loop.close()  # the asynchronous loop's producer stops; its next step starts one from the checkpoint
     loop.sync.close(timeout_s=10)
     svc.restart_policy_group()
     for i in svc.dead_rollout_workers():

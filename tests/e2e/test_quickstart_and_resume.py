@@ -6,9 +6,11 @@ few steps through the real job, evaluates the checkpoint, shows the strategy and
 loads the policy back from MLflow. (compare_runs.ipynb runs in test_code_training.py, on the two
 real runs made there.)
 
-Exact resume: the same job, its driver killed with SIGKILL right after its first checkpoint and
-resumed with `--resume`, ends with the same per-step metrics, weights and evaluation as the
-notebook's uninterrupted run, in one MLflow run with continuous step numbers. Exact, not
+Exact resume: the same job, its driver killed with SIGKILL right after its first checkpoint,
+resumed with `--resume`, that resumed job preempted with SIGTERM a step later (it finishes the
+step in flight, writes a checkpoint and exits with 143) and resumed again, ends with the same
+per-step metrics, weights and evaluation as the notebook's uninterrupted run, in one MLflow run
+with continuous step numbers. Exact, not
 approximately: on CPU every part is deterministic given the checkpoint. Deals and vLLM's
 per-request sampling seeds are functions of (run seed, step); the trainer's model and AdamW state
 come back bit for bit from the sharded checkpoint; the rollout engine gets the trainer's weights
@@ -76,7 +78,26 @@ def _history(uri: str, run_id: str) -> dict[str, dict[int, float]]:
     return out
 
 
-def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quickstart):
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Whatever of a stopped job's local Ray cluster outlived it (Ray ties its processes to the driver)."""
+    time.sleep(5)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _ledger(run_dir: Path) -> tuple[int, list[int]]:
+    """How many rewinds the run's ledger has (trained.jsonl, rlsvc/job.py: a resumed job starts
+    with one), and the steps trained since the last."""
+    rewinds, steps = 0, []
+    for line in (run_dir / "trained.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        rewinds, steps = (rewinds + 1, []) if "rewind_to" in record else (rewinds, [*steps, record["step"]])
+    return rewinds, steps
+
+
+def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quickstart):
     ref_result = quickstart[2]
     cmd = [
         sys.executable,
@@ -97,12 +118,37 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quicks
         assert proc.poll() is None, (tmp_path / "killed.out").read_text()[-3000:]
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        time.sleep(5)
-        try:  # whatever of its local Ray cluster outlived it (Ray ties its processes to the driver)
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _stop_group(proc)
     [run_dir] = (tmp_path / "run").iterdir()
+    assert not (run_dir / "result.json").exists()
+
+    # resumed, and preempted with SIGTERM once it has trained a step (200 ms more per env step
+    # leaves time to signal it before the last step; time changes nothing the job computes)
+    with open(tmp_path / "preempted.out", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlsvc.train", "--resume", str(run_dir), "env.step_latency_ms=200"],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None:
+            rewinds, steps = _ledger(run_dir)
+            if rewinds and steps:  # resumed, and a step trained since
+                break
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        _stop_group(proc)
+    text = (tmp_path / "preempted.out").read_text()
+    assert code == 143, text[-3000:]
+    rewinds, steps = _ledger(run_dir)
+    stopped = steps[-1]
+    assert rewinds == 1
+    assert EVERY < stopped < STEPS and f"SIGTERM: stopping after step {stopped}, with a checkpoint" in text
+    assert (run_dir / "checkpoints" / f"step_{stopped:08d}" / "state.json").is_file()
     assert not (run_dir / "result.json").exists()
 
     resumed = subprocess.run(
@@ -114,7 +160,7 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quicks
         timeout=900,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming after step {EVERY}" in resumed.stdout
+    assert f"resuming after step {stopped}" in resumed.stdout
     result = json.loads((run_dir / "result.json").read_text())
 
     # one MLflow run, steps 1..STEPS, and from the checkpoint on the same numbers as the reference
@@ -132,8 +178,9 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quicks
     from mlflow.tracking import MlflowClient
 
     run = MlflowClient(result["tracking_uri"]).get_run(result["mlflow_run_id"])
-    assert run.info.status == "FINISHED" and run.data.tags["rlsvc.resumes"] == "1"
-    assert run.data.tags["rlsvc.resume.1.from_step"] == str(EVERY)
+    assert run.info.status == "FINISHED" and run.data.tags["rlsvc.resumes"] == "2"
+    assert run.data.tags["rlsvc.resume.1.from_step"] == str(EVERY) and run.data.tags["rlsvc.resume.2.from_step"] == str(stopped)
+    assert run.data.tags["rlsvc.preempted_after_step"] == str(stopped) and run.data.tags["rlsvc.resume.2.steps_redone"] == "0"
 
     # the final weights are the same tensors
     from safetensors.torch import load_file

@@ -1,5 +1,6 @@
 """The asynchronous loop on real actors: rollouts run while the trainer steps, staleness stays
-within `buffer.max_staleness`, and k=0 runs the synchronous schedule without deadlock."""
+within `buffer.max_staleness`, k=0 runs the synchronous schedule without deadlock, and a rollout
+worker that dies under the producer is recovered from the newest checkpoint."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ def services(ray_cluster, tmp_path_factory):
 
     svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))
     setup_trainers(cfg, svc, model)
-    yield cfg, svc, BlackjackCodec(tokenizer)
+    yield cfg, svc, BlackjackCodec(tokenizer), model
     svc.stop()
 
 
@@ -57,7 +58,7 @@ def run_steps(cfg, svc, codec, first_version: int, steps: int) -> list[dict]:
 
 
 def test_staleness_one_overlaps_and_stays_bounded(services):
-    cfg, svc, codec = services
+    cfg, svc, codec, _ = services
     metrics = run_steps(cfg, svc, codec, first_version=0, steps=5)
     assert [m["policy_version"] for m in metrics] == [1.0, 2.0, 3.0, 4.0, 5.0]
     assert all(m["staleness_max"] <= 1 for m in metrics)
@@ -70,8 +71,42 @@ def test_staleness_one_overlaps_and_stays_bounded(services):
 
 
 def test_staleness_zero_is_synchronous_and_does_not_deadlock(services):
-    cfg, svc, codec = services
+    cfg, svc, codec, _ = services
     sync_cfg = cfg.model_copy(update={"buffer": cfg.buffer.model_copy(update={"max_staleness": 0})})
     metrics = run_steps(sync_cfg, svc, codec, first_version=10, steps=3)
     assert [m["staleness_max"] for m in metrics] == [0.0, 0.0, 0.0]
     assert [m["behaviour_version"] for m in metrics] == [10.0, 11.0, 12.0]
+
+
+def test_a_rollout_worker_lost_under_the_producer_is_recovered_from_the_checkpoint(services, tmp_path):
+    """The producer meets the dead worker and `step` raises the loss (not a generic error), so the
+    job's recovery runs as for the synchronous loop: the producer stops, the worker is replaced,
+    the checkpoint restored, and the next step starts a new producer from there."""
+    import ray
+
+    from rlsvc.async_loop import AsyncGRPOLoop
+    from rlsvc.job import setup_trainers
+    from rlsvc.recovery import recover
+    from rlsvc.rollout.runner import RolloutWorkerLost
+    from rlsvc.training_checkpoint import save
+
+    cfg, svc, codec, model = services
+    loop = AsyncGRPOLoop(cfg, svc, codec, version=20)
+    loop.sync_weights()
+    try:
+        loop.step(20)
+        save(tmp_path, 21, loop, None, {"mlflow_run_id": "x", "tracking_uri": "x", "elapsed_s": 0.0, "config_hash": "x"}, keep=2)
+        checksum = svc.trainer_group.parameter_checksum()
+        old = svc.rollout[0]
+        ray.kill(old, no_restart=True)
+        with pytest.raises(RolloutWorkerLost):
+            for step in range(21, 25):  # the producer plays a batch ahead: it may have one in hand
+                loop.step(step)
+        step, _ = recover(loop, tmp_path, lambda: setup_trainers(cfg, svc, model))
+        assert step == 21 and loop.version == 21 and loop.producer is None
+        assert svc.rollout[0] is not old and svc.dead_policy_actors() == []
+        assert svc.trainer_group.parameter_checksum() == checksum
+        metrics = [loop.step(21 + i)[0] for i in range(2)]  # a new producer, from the checkpoint's version
+        assert [m["policy_version"] for m in metrics] == [22.0, 23.0] and all(math.isfinite(m["loss"]) for m in metrics)
+    finally:
+        loop.close()

@@ -242,6 +242,8 @@ def test_rayjob_submits_rlsvc_train_to_the_cluster(name, rendered):
     env = runtime_env["env_vars"]
     assert all(isinstance(v, str) for v in env.values())  # Ray's runtime_env wants strings
     assert env["RAY_AUTH_MODE"] == "disabled"
+    # stopping the job (the RayJob deleted) leaves the driver its grace period to checkpoint
+    assert float(env["RAY_JOB_STOP_WAIT_TIME_S"]) > cfg.run.preemption_grace_s
     [svc] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "rlsvc-mlflow"]
     assert env["MLFLOW_TRACKING_URI"] == f"http://{svc['metadata']['name']}:{svc['spec']['ports'][0]['port']}"
 

@@ -62,6 +62,9 @@ class FakeLoop:
     def load_state_dict(self, state: dict) -> None:
         self.version, self.nonfinite_skipped = state["version"], state["nonfinite_skipped"]
 
+    def close(self) -> None:  # the asynchronous loop stops its producer here
+        self.log.append(("close_loop",))
+
     def new_sync(self):
         self.log.append(("new_sync",))
         return SimpleNamespace(close=lambda timeout_s: None)
@@ -87,6 +90,7 @@ def test_recovery_replaces_the_group_and_dead_workers_then_loads_the_checkpoint(
     assert (step, best) == (7, None) and setups == [1]
     assert (loop.version, loop.nonfinite_skipped) == (7, 1)
     assert log == [
+        ("close_loop",),
         ("close_sync",),
         ("restart_policy_group",),
         ("replace_rollout", 1),
