@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install crds run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf clean
+.PHONY: install crds run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ format: install
 # greedy return >= -0.08 within 20 minutes; writes benchmarks/results/validate_blackjack_hf_tiny.json
 validate-hf: install
 	$(BIN)/python scripts/validate_hf.py $(ARGS)
+
+# a job under chaos (a random rlsvc actor killed every 20 s for 3 minutes) must finish; reports its
+# held-out return: benchmarks/results/validate_chaos[_LABEL].json (scripts/validate_chaos.py)
+validate-chaos: install
+	$(BIN)/python scripts/validate_chaos.py $(ARGS)
 
 # the whole suite (rollout vs HF generate on the tiny policy and on a representative workload,
 # weight sync, step anatomy, step speed-up, compute floor, vs TRL, scaling): writes
