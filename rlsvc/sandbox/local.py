@@ -288,6 +288,8 @@ class LocalSandbox:
         return ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), str(root), hidden, *code]
 
     def run(self, code: str, timeout_s: float = 5.0) -> SandboxResult:
+        if not self.as_root:  # the run is the service's user inside a user namespace: no uid to lease
+            return self._run(code, timeout_s, os.geteuid())
         with self.uids.lease() as uid:
             return self._run(code, timeout_s, uid)
 
