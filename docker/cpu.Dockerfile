@@ -15,9 +15,10 @@ COPY rlsvc ./rlsvc
 COPY configs ./configs
 
 # torch first from its CPU index: PyPI's plain torch is the multi-GB CUDA build. The version is
-# the one pyproject.toml pins (tests/unit/test_deploy_manifests.py checks they agree).
+# the one pyproject.toml pins (tests/unit/test_deploy_manifests.py checks they agree). The `s3`
+# extra: run folders in S3 (run.output_dir=s3://...).
 RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
- && pip install --no-cache-dir . \
+ && pip install --no-cache-dir '.[s3]' \
  && pip uninstall -y torchvision torchaudio torchcodec
 
 # Same defaults as a local run (rlsvc/cluster/ray_setup.py)

@@ -33,7 +33,11 @@ class RunConfig(Strict):
     seed: int = 0
     """Seed for model init, deals and sampling; the same seed repeats a run."""
     output_dir: str = "runs"
-    """Folder under which each run writes `<name>-<timestamp>/` (resolved config, checkpoint)."""
+    """Folder under which each run writes `<name>-<timestamp>/` (resolved config, checkpoints,
+    final checkpoint), or an object-store URI (`s3://bucket/runs`: any fsspec file system, s3fs
+    installed with the `s3` extra; credentials from the usual `AWS_*` environment). In an object
+    store the checkpoints are written there directly (each trainer rank its own shards, the
+    manifest last) and the run's other files are uploaded at every checkpoint and at the end."""
     steps: int = Field(300, ge=0)
     """Number of GRPO optimizer steps (each one a rollout batch, a train step and a weight sync)."""
     time_budget_minutes: float | None = Field(12.0, gt=0)
@@ -41,8 +45,9 @@ class RunConfig(Strict):
     checkpoint_every: int = Field(25, ge=0)
     """Write a training checkpoint (trainer model and optimiser, reference and best weights,
     replay buffer, counters, MLflow run id) every this many steps, and after the last; 0: only
-    after the last. `--resume RUN_FOLDER` continues from the newest complete one. On a multi-node
-    cluster `output_dir` must be storage the trainer nodes share with the driver."""
+    after the last. `--resume RUN_FOLDER` (a path or the run's URI) continues from the newest
+    complete one. On a multi-node cluster `output_dir` must be storage the trainer nodes share
+    with the driver: a shared file system or an object store."""
     keep_checkpoints: int = Field(2, ge=1)
     """How many checkpoints to keep (the newest); older ones are deleted once a new one is complete."""
     preemption_grace_s: float = Field(25.0, gt=0)

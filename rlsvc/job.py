@@ -20,7 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from rlsvc.async_loop import AsyncGRPOLoop
-from rlsvc.checkpoint import ResumePoint
+from rlsvc.checkpoint import ResumePoint, folder_name
 from rlsvc.cluster.errors import ActorDied
 from rlsvc.cluster.metrics import RayStepMetrics
 from rlsvc.cluster.placement import pack, plan
@@ -35,6 +35,8 @@ from rlsvc.preemption import Preemption
 from rlsvc.recovery import recover_with_retries
 from rlsvc.rollout.runner import RolloutWorkerLost
 from rlsvc.rollout.spec import EngineSpec
+from rlsvc.run_folder import FINAL, RunFolder
+from rlsvc.run_folder import create as create_run_folder
 from rlsvc.task import Task, TaskError
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rlsvc.tracking.plots import reward_curve
@@ -113,7 +115,7 @@ def train(
     tracker: MlflowTracker,
     console: Console,
     started: float,
-    transcripts: Path,
+    folder: RunFolder,
     at: TrainingStart,
     stop: Callable[[], bool] = lambda: False,
 ) -> tuple[dict[str, float], Best | None, list]:
@@ -125,12 +127,16 @@ def train(
     episodes: list = []
     best = at.best
     done = at.start_step  # steps completed
-    run_dir = transcripts.parent
+    run_dir = folder.local
+    transcripts = run_dir / "transcripts.jsonl"
 
     def checkpoint(done: int) -> None:
         t0 = time.perf_counter()
+        # an object store gets the run's files first: the ledger must reach at least as far as
+        # the newest complete checkpoint (a resume rewinds the steps it has past that)
+        folder.sync()
         save_checkpoint(
-            run_dir,
+            folder.checkpoints,
             done,
             loop,
             best,
@@ -156,7 +162,7 @@ def train(
         checkpoint(0)  # a policy actor lost before the first periodic checkpoint restarts from here
     else:
         ledger(rewind_to=at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone
-    ray_metrics = RayStepMetrics(transcripts.parent.name, loop.sync.kind or cfg.weight_sync.type)
+    ray_metrics = RayStepMetrics(folder.name, loop.sync.kind or cfg.weight_sync.type)
     with Progress(
         TextColumn("step"),
         MofNCompleteColumn(),
@@ -174,7 +180,7 @@ def train(
                 console.print(f"time budget of {cfg.run.time_budget_minutes} min reached after {step} steps")
                 break
             if stop():
-                console.print(f"SIGTERM: stopping after step {step}, with a checkpoint; continue with --resume {run_dir}")
+                console.print(f"SIGTERM: stopping after step {step}, with a checkpoint; continue with --resume {folder.location}")
                 break
             try:
                 last, episodes = loop.step(step)
@@ -202,7 +208,12 @@ def train(
                 if not dead:
                     raise
                 restarts, resumed, best = recover_with_retries(
-                    loop, run_dir, lambda: setup_trainers(cfg, loop.svc, model), cfg.faults.max_policy_restarts, restarts, console.print
+                    loop,
+                    folder.checkpoints,
+                    lambda: setup_trainers(cfg, loop.svc, model),
+                    cfg.faults.max_policy_restarts,
+                    restarts,
+                    console.print,
                 )
                 ledger(rewind_to=resumed)  # the steps after the checkpoint are undone: their updates are gone
                 redone += step + 1 - resumed
@@ -248,11 +259,9 @@ def write_transcripts(path: Path, step: int, episodes: list, n: int) -> None:
 def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = None) -> int:
     console = Console()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if resume is None:
-        run_dir = Path(cfg.run.output_dir).resolve() / f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        run_dir.mkdir(parents=True, exist_ok=False)
-    else:
-        run_dir = resume.run_dir
+    # a folder, or a staging folder mirrored to an object store (rlsvc/run_folder.py)
+    folder = create_run_folder(cfg.run.output_dir, f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}") if resume is None else resume.run
+    run_dir = folder.local
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
     # The MLflow run comes first: its id goes on the Ray job (metadata) the moment the driver joins.
     # It is named after the run folder (config name + start time): unique within the experiment.
@@ -292,7 +301,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         resources, nodes = cluster_view()
         tracker.set_tags(
             {
-                "rlsvc.run_dir": str(run_dir),
+                "rlsvc.run_dir": folder.location,
                 "ray.dashboard": conn.dashboard_url or "",
                 **run_tags(cfg, resources, nodes),
                 **ray_job_tags(conn.job_id, submission_metadata()),
@@ -348,7 +357,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         # the time budget and `time/since_start_s` count the time the run had before it was resumed
         clock = started - (resume.state["elapsed_s"] if resume else 0.0)
         try:
-            last, best, last_episodes = train(cfg, loop, model, tracker, console, clock, transcripts, at, lambda: preemption.requested)
+            last, best, last_episodes = train(cfg, loop, model, tracker, console, clock, folder, at, lambda: preemption.requested)
         finally:
             loop.close()
         train_s = time.time() - t_train
@@ -357,7 +366,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             status = "KILLED"
             return PREEMPTED
         final, saved_version = final_weights(cfg, loop, best, console)
-        checkpoint = save_final(cfg, model, final, saved_version, codec, run_dir / "checkpoint")
+        checkpoint = save_final(cfg, model, final, saved_version, codec, run_dir / FINAL)
         result: dict[str, float] = {}
         if cfg.eval.episodes:
             t_eval = time.time()
@@ -382,7 +391,8 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         (run_dir / "result.json").write_text(
             json.dumps(
                 {
-                    "checkpoint": str(checkpoint),
+                    "checkpoint": f"{folder.remote}/{FINAL}" if folder.remote else str(checkpoint),
+                    "run_dir": folder.location,
                     "mlflow_run_id": tracker.run_id,
                     "mlflow_model_uri": model_uri,
                     "tracking_uri": tracker.tracking_uri,
@@ -399,6 +409,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
                 indent=2,
             )
         )
+        folder.sync()
         status = "FINISHED"
         summary(console, cfg, loop.version, saved_version, last, result, checkpoint, tracker, total_s, model_uri)
         return 0
@@ -423,7 +434,7 @@ def resumed_tags(tracker: MlflowTracker, cfg: Config, resume: ResumePoint) -> di
         "rlsvc.resumes": str(count),
         f"rlsvc.resume.{count}.from_step": str(resume.state["step"]),
         f"rlsvc.resume.{count}.steps_redone": str(max(logged - resume.state["step"], 0)),
-        f"rlsvc.resume.{count}.checkpoint": resume.folder.name,
+        f"rlsvc.resume.{count}.checkpoint": folder_name(resume.folder),
         **({f"rlsvc.resume.{count}.changed": json.dumps(changed)} if changed else {}),
     }
 

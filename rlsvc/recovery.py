@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlsvc.checkpoint import CHECKPOINTS, latest_checkpoint
+from rlsvc.checkpoint import latest_checkpoint
 from rlsvc.cluster.errors import ActorDied
 from rlsvc.training_checkpoint import Best
 from rlsvc.training_checkpoint import restore as restore_checkpoint
@@ -26,7 +26,7 @@ class TooManyRestarts(RuntimeError):
 
 
 def recover_with_retries(
-    loop: Any, run_dir: Path, setup_trainers: Callable[[], Any], limit: int, restarts: int, report: Callable[[str], None] = print
+    loop: Any, checkpoints: Path | str, setup_trainers: Callable[[], Any], limit: int, restarts: int, report: Callable[[str], None] = print
 ) -> tuple[int, int, Best | None]:
     """`recover`, again if an actor dies during it, within `limit` restarts in all. Returns
     (restarts so far, the checkpoint's step, its best policy)."""
@@ -35,12 +35,12 @@ def recover_with_retries(
         if restarts > limit:
             raise TooManyRestarts(f"policy actors died {restarts} times (faults.max_policy_restarts={limit})")
         try:
-            return (restarts, *recover(loop, run_dir, setup_trainers))
+            return (restarts, *recover(loop, checkpoints, setup_trainers))
         except ActorDied as again:
             report(f"recovery interrupted ({type(again).__name__}); again")
 
 
-def recover(loop: Any, run_dir: Path, setup_trainers: Callable[[], Any]) -> tuple[int, Best | None]:
+def recover(loop: Any, checkpoints: Path | str, setup_trainers: Callable[[], Any]) -> tuple[int, Best | None]:
     """New trainer ranks and reference (the whole group), new rollout workers for dead ones,
     everything loaded from the newest complete checkpoint, weights synced. `setup_trainers`
     builds the trainer on the new ranks and returns its spec (the reference is built from it). Returns
@@ -51,7 +51,7 @@ def recover(loop: Any, run_dir: Path, setup_trainers: Callable[[], Any]) -> tupl
     svc.restart_policy_group()
     for i in svc.dead_rollout_workers():
         svc.replace_rollout(i)
-    folder, state, _ = latest_checkpoint(run_dir / CHECKPOINTS)
+    folder, state, _ = latest_checkpoint(checkpoints)
     best = restore_checkpoint(folder, state, loop, setup_trainers())
     svc.rewind_rollout(state["version"])  # back to the checkpoint's weights
     loop.sync = loop.new_sync()

@@ -82,17 +82,19 @@ def build_parser() -> argparse.ArgumentParser:
 def resume_point(run_folder: str):
     """The newest complete checkpoint of a run folder, checked file by file before anything
     starts; newer damaged ones are named and skipped. Raises CheckpointError."""
-    from pathlib import Path
+    from rlsvc.checkpoint import CheckpointError, ResumePoint, is_remote, latest_checkpoint
+    from rlsvc.run_folder import open_existing
 
-    from rlsvc.checkpoint import CHECKPOINTS, CheckpointError, ResumePoint, latest_checkpoint
-
-    run_dir = Path(run_folder).resolve()
-    if not (run_dir / "config.yaml").is_file():
-        raise CheckpointError(f"not a run folder (no config.yaml): {run_dir}")
-    folder, state, skipped = latest_checkpoint(run_dir / CHECKPOINTS)
+    try:
+        run = open_existing(run_folder)  # one in an object store: staged locally, checkpoints left there
+    except (OSError, ValueError, ImportError) as e:  # no credentials, no bucket, no s3fs: the library's reason
+        raise CheckpointError(f"cannot read run folder {run_folder}: {type(e).__name__}: {e}") from e
+    if not (run.local / "config.yaml").is_file():
+        raise CheckpointError(f"not a run folder (no config.yaml): {run.location if is_remote(run_folder) else run.local}")
+    folder, state, skipped = latest_checkpoint(run.checkpoints)
     for line in skipped:
         print(f"rlsvc.train: {line}", file=sys.stderr)
-    return ResumePoint(run_dir, folder, state)
+    return ResumePoint(run, folder, state)
 
 
 TASK_HOOKS = (("warm_start_examples", "model", "warm_start_steps"), ("validate", "eval", "every_steps"), ("evaluate", "eval", "episodes"))
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.config:
                 raise ConfigError("config error: --resume takes the run's own config.yaml; pass changes as overrides, not --config")
             resume = resume_point(args.resume)
-            cfg = load_config(str(resume.run_dir / "config.yaml"), args.overrides)
+            cfg = load_config(str(resume.run.local / "config.yaml"), args.overrides)
         else:
             cfg = load_config(args.config, args.overrides)
     except (ConfigError, CheckpointError) as e:
@@ -197,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     if refusal := gpu_refusal(cfg):  # before a model download or a local cluster that cannot hold the job
         print(f"rlsvc.train: {refusal}", file=sys.stderr)
         return 2
+    from rlsvc.run_folder import StorageError, check_writable
     from rlsvc.task import TaskError
 
     try:
+        check_writable(cfg.run.output_dir)
         task = task_for(cfg)
         if cfg.model.source == "hf":  # the folder, its tokenizer and chat template, checked now
             from rlsvc.models.hf_titan import HFModelError
@@ -209,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, task.chat)
             except HFModelError as e:
                 raise TaskError(str(e)) from e
-    except TaskError as e:
+    except (TaskError, StorageError) as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
     from rlsvc.cluster.ray_setup import ClusterUnreachable, check_reachable, keep_local_cluster_on_loopback

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlsvc.checkpoint import CHECKPOINTS, write_checkpoint
+from rlsvc.checkpoint import is_remote, write_checkpoint
 
 
 @dataclass
@@ -27,7 +28,7 @@ class Best:
 
 
 def save(
-    run_dir: Path,
+    root: Path | str,
     step: int,
     loop: Any,
     best: Best | None,
@@ -36,7 +37,8 @@ def save(
     model: Any = None,
     policy_files: dict[str, str] | None = None,
 ) -> Path:
-    """Checkpoint after `step` steps (atomic: see `write_checkpoint`). With `model` (its
+    """Checkpoint after `step` steps under `root` (a folder or an object-store URI; never seen
+    half-written: see `write_checkpoint`). With `model` (its
     rlsvc.models.spec), the current policy is also a Hugging Face folder, `policy/`, which
     `transformers` and vLLM load as is (resuming reads the sharded trainer state instead), with
     `policy_files` (name -> text) beside its weights."""
@@ -44,8 +46,8 @@ def save(
 
     svc = loop.svc
 
-    def fill(folder: Path) -> None:
-        svc.trainer_group.save_checkpoint(str(folder / "trainer"))  # every rank its shards
+    def fill(folder: Path, trainer_dir: str) -> None:
+        svc.trainer_group.save_checkpoint(trainer_dir)  # every rank its shards, straight there
         reference = svc.reference_model
         if reference is not None:
             save_file(reference.hf_state_dict(), str(folder / "reference.safetensors"))
@@ -64,15 +66,29 @@ def save(
         "best_val_return": best.val_return if best else None,
         "best_version": best.version if best else None,
     }
-    return write_checkpoint(run_dir / CHECKPOINTS, step, fill, state, keep)
+    return write_checkpoint(root, step, fill, state, keep)
 
 
-def restore(folder: Path, state: dict, loop: Any, trainer_spec: Any) -> Best | None:
-    """Load a checkpoint into the freshly started actors and the loop; returns the best policy."""
+def restore(checkpoint: Path | str, state: dict, loop: Any, trainer_spec: Any) -> Best | None:
+    """Load a checkpoint (a folder, or its object-store URI) into the freshly started actors and
+    the loop; returns the best policy."""
+    if is_remote(checkpoint):  # the ranks read their shards from the store; the rest comes here
+        from fsspec.core import url_to_fs
+
+        fs, base = url_to_fs(str(checkpoint))
+        with tempfile.TemporaryDirectory(prefix="rlsvc-restore-") as tmp:
+            for path in fs.ls(base, detail=False):
+                if fs.isfile(path):
+                    fs.get_file(path, str(Path(tmp) / path.rsplit("/", 1)[-1]))
+            return _restore(Path(tmp), f"{str(checkpoint).rstrip('/')}/trainer", state, loop, trainer_spec)
+    return _restore(Path(checkpoint), str(Path(checkpoint) / "trainer"), state, loop, trainer_spec)
+
+
+def _restore(folder: Path, trainer_dir: str, state: dict, loop: Any, trainer_spec: Any) -> Best | None:
     from safetensors.torch import load_file
 
     svc = loop.svc
-    svc.trainer_group.load_checkpoint(str(folder / "trainer"))
+    svc.trainer_group.load_checkpoint(trainer_dir)
     reference = svc.reference_model
     if reference is not None:
         reference.setup(trainer_spec, load_file(str(folder / "reference.safetensors")))

@@ -133,6 +133,52 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
             stop_process(proc)
 
 
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """A real S3-compatible server (moto's server mode) on 127.0.0.1, as its own process; yields
+    the environment that points boto/s3fs (and so fsspec's `s3://`) at it. Stopped by its PID."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_S
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline, f"moto server not up: {log.read_text()}"
+            time.sleep(0.2)
+    env = {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    try:
+        yield env
+    finally:
+        stop_process(proc)
+
+
+@pytest.fixture
+def s3_bucket(s3_server: dict[str, str], monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> str:
+    """`s3://BUCKET` on the test's S3 server, a new bucket per test, with this process's
+    environment pointing at the server."""
+    import fsspec
+    from s3fs import S3FileSystem
+
+    for k, v in s3_server.items():
+        monkeypatch.setenv(k, v)
+    S3FileSystem.clear_instance_cache()  # an instance cached before the variables were set
+    bucket = f"rlsvc-{abs(hash(request.node.nodeid)) % 10**8}-{time.monotonic_ns() % 10**6}"
+    fsspec.filesystem("s3", skip_instance_cache=True).mkdir(bucket)
+    return f"s3://{bucket}"
+
+
 TINY_HF_SHAPE = dict(
     vocab_size=320,
     hidden_size=128,

@@ -11,9 +11,11 @@ line (`HFModelError`); `rlsvc.train` prints it and exits 2.
 from __future__ import annotations
 
 import re
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from rlsvc.checkpoint import is_remote
 from rlsvc.models.hf_titan import HFModelError, read_hf_config, titan_config
 from rlsvc.models.spec import PretrainedModel
 
@@ -31,7 +33,9 @@ def local_folder(path: str, output_dir: str, seed: int, tiny_init_std: float | N
         if family not in FAMILIES:
             raise HFModelError(f"model.path: {path}: unknown tiny family (supported: {', '.join(FAMILIES)})")
         std = "" if tiny_init_std is None else f"-std{tiny_init_std:g}"
-        folder = Path(output_dir) / "tiny-hf" / f"{family}-seed{seed}{std}"
+        # made locally: an object-store output_dir (s3://) keeps its tiny models in the temp folder
+        base = Path(tempfile.gettempdir()) / "rlsvc" if is_remote(output_dir) else Path(output_dir)
+        folder = base / "tiny-hf" / f"{family}-seed{seed}{std}"
         if not (folder / "config.json").is_file():
             make_tiny_hf(family, folder, seed=seed, init_std=tiny_init_std)  # atomic: a complete folder or none
         return folder

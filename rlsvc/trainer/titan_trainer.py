@@ -394,7 +394,13 @@ class TitanTrainer(_PolicyBase):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict, set_model_state_dict, set_state_dict
 
-        saved = dcp.FileSystemReader(directory).read_metadata().state_dict_metadata
+        if "://" in directory:  # an object store (s3://...): fsspec, as dcp.load picks for a URI
+            from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+            reader = FsspecReader(directory)
+        else:
+            reader = dcp.FileSystemReader(directory)
+        saved = reader.read_metadata().state_dict_metadata
         if not any(k.startswith("optim") for k in saved):  # saved before the first step
             state = {"model": get_model_state_dict(self.model)}
             dcp.load(state, checkpoint_id=directory)

@@ -190,3 +190,63 @@ def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path:
         load_file(str(Path(ref_result["checkpoint"]) / "model.safetensors")),
     )
     assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+
+
+def test_a_run_in_s3_killed_then_resumed_from_its_uri_matches_an_uninterrupted_run(tmp_path: Path, quickstart, s3_bucket: str):
+    """run.output_dir on a real S3 server (moto, 127.0.0.1): the checkpoints (the trainer rank's
+    shards written by the rank itself, the manifest last) and the run's files land in the bucket,
+    nothing in a local run folder; the job is SIGKILLed after its first checkpoint and
+    `--resume s3://...` finishes it with the uninterrupted run's metrics and weights."""
+    import fsspec
+
+    ref_result = quickstart[2]
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    bucket = s3_bucket.removeprefix("s3://")
+    cmd = [
+        *(sys.executable, "-m", "rlsvc.train", f"run.steps={STEPS}", f"run.checkpoint_every={EVERY}", f"eval.episodes={EVAL_EPISODES}"),
+        *(f"run.output_dir={s3_bucket}/runs", f"tracking.tracking_uri=sqlite:///{tmp_path / 'run.db'}"),
+    ]
+    with open(tmp_path / "killed.out", "w") as out:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None and not fs.glob(f"{bucket}/runs/*/checkpoints/step_{EVERY:08d}/MANIFEST.json"):
+            time.sleep(0.5)
+            fs.invalidate_cache()
+        assert proc.poll() is None, (tmp_path / "killed.out").read_text()[-3000:]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        _stop_group(proc)
+    [run] = fs.ls(f"{bucket}/runs", detail=False)
+    uri = f"s3://{run}"
+    assert fs.exists(f"{run}/checkpoints/step_{EVERY:08d}/trainer/.metadata") and fs.exists(f"{run}/trained.jsonl")
+    assert not fs.exists(f"{run}/result.json") and not list(tmp_path.rglob("trained.jsonl"))  # no local run folder
+
+    resumed = subprocess.run(
+        [sys.executable, "-m", "rlsvc.train", "--resume", uri], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming after step {EVERY}" in resumed.stdout
+    fs.invalidate_cache()
+    result = json.loads(fs.cat_file(f"{run}/result.json"))
+    assert result["run_dir"] == uri and result["checkpoint"] == f"{uri}/checkpoint"
+    # the manifest is the commit marker: every checkpoint kept is complete, the final one is step STEPS
+    from rlsvc.checkpoint import checkpoints, problem
+
+    assert [c.rsplit("/", 1)[-1] for c in checkpoints(f"{uri}/checkpoints")] == [f"step_{STEPS:08d}", f"step_{EVERY:08d}"]
+    assert all(problem(c) is None for c in checkpoints(f"{uri}/checkpoints"))
+
+    got = _history(result["tracking_uri"], result["mlflow_run_id"])
+    want = _history(ref_result["tracking_uri"], ref_result["mlflow_run_id"])
+    assert sorted(got["return_mean"]) == list(range(1, STEPS + 1))
+    for key in COMPARED:
+        assert got[key] == want[key], key
+    assert result["eval"] == ref_result["eval"]
+    from mlflow.tracking import MlflowClient
+
+    tags = MlflowClient(result["tracking_uri"]).get_run(result["mlflow_run_id"]).data.tags
+    assert tags["rlsvc.run_dir"] == uri and tags["rlsvc.resume.1.from_step"] == str(EVERY)
+
+    from safetensors.torch import load, load_file
+
+    a, b = load(fs.cat_file(f"{run}/checkpoint/model.safetensors")), load_file(str(Path(ref_result["checkpoint"]) / "model.safetensors"))
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)

@@ -1,7 +1,8 @@
 """The deployed cluster, on one machine: a multi-node Ray cluster started with `ray start` from the
 rayStartParams of the KubeRay cpu-tiny overlay (a head with no CPUs, a gpu-workers node and a
 cpu-workers node, each a raylet of its own), the overlay's RayJob submitted with `ray job submit`,
-and Ray's state API asked where every actor ran. Every process is stopped by its PID."""
+and Ray's state API asked where every actor ran; then a cluster with two nodes per worker group
+loses one of each mid-run. Every process is stopped by its PID."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 OVERLAY = REPO / "kuberay/overlays/cpu-tiny"
 GROUP_MARK = "rlsvc_test_group_"  # an extra resource per raylet, only to tell the test which group it is
+NODE_MARK = "rlsvc_test_node_"  # and one naming the raylet itself (`gpu-workers-1`), to kill its process group
 # Cluster-facing settings the test replaces: everything listens on 127.0.0.1 here.
 LOCAL_ONLY = {"dashboard-host", "metrics-export-port"}
 
@@ -39,30 +41,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def ray_start_args(params: dict[str, str], group: str) -> list[str]:
-    """`ray start` flags from a group's rayStartParams, as KubeRay builds them, plus the group mark."""
+def ray_start_args(params: dict[str, str], group: str, node: str) -> list[str]:
+    """`ray start` flags from a group's rayStartParams, as KubeRay builds them, plus the marks."""
+    marks = {f"{GROUP_MARK}{group}": 1, f"{NODE_MARK}{node}": 1}
     args = []
     for key, value in params.items():
         if key in LOCAL_ONLY:
             continue
         if key == "resources":
-            value = json.dumps({**parse_resources_param(value), f"{GROUP_MARK}{group}": 1})
+            value = json.dumps({**parse_resources_param(value), **marks})
         args.append(f"--{key}={value}")
     if "resources" not in params:
-        args.append(f"--resources={json.dumps({f'{GROUP_MARK}{group}': 1})}")
+        args.append(f"--resources={json.dumps(marks)}")
     return args
 
 
 class ManifestCluster:
     """Head and worker raylets, one `ray start --block` process group each."""
 
-    def __init__(self, raycluster: dict, tmp: str) -> None:
+    def __init__(self, raycluster: dict, tmp: str, env: dict[str, str] | None = None) -> None:
         self.procs: list[subprocess.Popen] = []
+        self.by_node: dict[str, subprocess.Popen] = {}
         self.tmp = tmp
         gcs, dash = _free_port(), _free_port()
         self.url, self.gcs = f"http://127.0.0.1:{dash}", f"127.0.0.1:{gcs}"
         # the job's `python` is looked up on the PATH that `ray start` had: put this venv first
-        self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+        path = f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+        self.env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": path, **(env or {})}
         head = raycluster["spec"]["headGroupSpec"]
         self._start(
             [
@@ -73,8 +78,9 @@ class ManifestCluster:
                 "--include-dashboard=true",
                 f"--metrics-export-port={_free_port()}",
                 f"--temp-dir={tmp}",
-                *ray_start_args(head["rayStartParams"], "head"),
-            ]
+                *ray_start_args(head["rayStartParams"], "head", "head"),
+            ],
+            "head",
         )
         self._wait(lambda: self._ok([str(BIN / "ray"), "job", "list", "--address", self.url]), "head")
         self.groups = {"head": 1}
@@ -84,13 +90,18 @@ class ManifestCluster:
                 # the job's working_dir into the same folder at the same time
                 node_tmp = Path(tmp, f"{g['groupName']}-{i}")
                 node_tmp.mkdir()
-                self._start([f"--address={self.gcs}", f"--temp-dir={node_tmp}", *ray_start_args(g["rayStartParams"], g["groupName"])])
+                node = f"{g['groupName']}-{i}"
+                self._start(
+                    [f"--address={self.gcs}", f"--temp-dir={node_tmp}", *ray_start_args(g["rayStartParams"], g["groupName"], node)], node
+                )
             self.groups[g["groupName"]] = g["replicas"]
         self._wait(lambda: len(self.nodes()) == sum(self.groups.values()), "worker raylets")
 
-    def _start(self, args: list[str]) -> None:
+    def _start(self, args: list[str], node: str) -> None:
         cmd = [str(BIN / "ray"), "start", "--block", "--node-ip-address=127.0.0.1", "--disable-usage-stats", *args]
-        self.procs.append(subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True))
+        proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.procs.append(proc)
+        self.by_node[node] = proc
 
     def _ok(self, cmd: list[str]) -> bool:
         return subprocess.run(cmd, env=self.env, capture_output=True).returncode == 0
@@ -112,24 +123,50 @@ class ManifestCluster:
         except Exception:  # the API server is still starting
             return []
 
-    def node_groups(self) -> dict[str, str]:
-        """node id -> the worker group (or head) its raylet was started from."""
+    def node_groups(self, mark: str = GROUP_MARK) -> dict[str, str]:
+        """node id -> the worker group (or head) its raylet was started from (with NODE_MARK: the
+        raylet's own name)."""
         out = {}
         for n in self.nodes():
-            [group] = [k.removeprefix(GROUP_MARK) for k in n.resources_total if k.startswith(GROUP_MARK)]
+            [group] = [k.removeprefix(mark) for k in n.resources_total if k.startswith(mark)]
             out[n.node_id] = group
         return out
+
+    def kill_node(self, node: str) -> None:
+        """SIGKILL a whole node: its raylet, object store and every worker (actor) it started,
+        which stay in the `ray start` process group, as a machine or pod lost at once would."""
+        pgid = self.by_node[node].pid
+        os.killpg(pgid, signal.SIGKILL)
+        self.by_node[node].wait(timeout=30)
+        deadline = time.time() + 30
+        while (left := _live_members(pgid)) and time.time() < deadline:
+            time.sleep(0.2)
+        assert not left, f"processes of {node} outlived it: {left}"
 
     def stop(self) -> None:
         # `ray start --block` stops the processes it started when it is terminated; workers first
         for proc in reversed(self.procs):
-            os.killpg(proc.pid, signal.SIGTERM)
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
         for proc in reversed(self.procs):
             try:
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _live_members(pgid: int) -> list[int]:
+    """PIDs of the process group's processes that still run (zombies excluded)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":  # state, ppid, pgrp
+            live.append(int(stat.parent.name))
+    return live
 
 
 @pytest.fixture
@@ -213,3 +250,73 @@ def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed,
             assert group == ("gpu-workers" if role in GPU_GROUP_ROLES else "cpu-workers"), f"{name} ran on {group}"
             seen.add(role)
     assert seen == set(ROLES)
+
+
+def test_a_job_survives_losing_a_gpu_node_and_a_cpu_node(tmp_path: Path):
+    """Two nodes in each worker group; mid-run, the node running the policy actors and the node
+    running the env, reward and buffer actors are killed whole (raylet, object store, actors).
+    Ray restarts the env, reward and buffer actors on the other cpu-workers node, the job
+    restarts its policy actors on the other gpu-workers node from its newest checkpoint, and the
+    job finishes every step."""
+    from ray.util.state import list_actors
+
+    docs = render_kustomize(OVERLAY)
+    [raycluster] = [d for d in docs if d["kind"] == "RayCluster"]
+    for g in raycluster["spec"]["workerGroupSpecs"]:
+        g["replicas"] = 2
+    # Ray declares a silent node dead after health checks fail (default about 30 s); shorter here
+    fast_death = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3", "RAY_health_check_timeout_ms": "1000"}
+    cluster = ManifestCluster(raycluster, tempfile.mkdtemp(prefix="rj-", dir="/tmp"), fast_death)
+    try:
+        runs = tmp_path / "runs"
+        steps = 8
+        cmd = [
+            *(str(BIN / "ray"), "job", "submit", "--address", cluster.url, "--working-dir", str(REPO)),
+            *("--runtime-env-json", json.dumps({"env_vars": {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}})),
+            *("--", "python", "-m", "rlsvc.train", "--config", "configs/blackjack_tiny.yaml"),
+            *(f"run.steps={steps}", "run.checkpoint_every=2", "eval.every_steps=4", "eval.episodes=500", f"run.output_dir={runs}"),
+        ]
+        log = (tmp_path / "submit.log").open("w")
+        job = subprocess.Popen(cmd, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+        def trained_steps() -> int:
+            ledgers = list(runs.glob("*/trained.jsonl"))
+            return sum(1 for line in ledgers[0].read_text().splitlines() if '"step"' in line) if ledgers else 0
+
+        deadline = time.time() + 600
+        while trained_steps() < 3 and job.poll() is None and time.time() < deadline:
+            time.sleep(0.5)
+        assert job.poll() is None, (tmp_path / "submit.log").read_text()[-4000:]
+
+        # the nodes the actors run on now, by the raylets' own names
+        nodes = cluster.node_groups(NODE_MARK)
+        alive = list_actors(address=cluster.url, filters=[("state", "=", "ALIVE")], detail=True, limit=1000, raise_on_missing_output=False)
+        where = {a.name: nodes[a.node_id] for a in alive if a.name and a.name.startswith("rlsvc-")}
+        lost = {where["rlsvc-rollout-0"], where["rlsvc-env-0"]}
+        assert lost == {where["rlsvc-trainer-0"], where["rlsvc-buffer"]}, where  # packed: one node per group held them
+        for node in lost:
+            cluster.kill_node(node)
+
+        job.wait(timeout=600)
+        out = (tmp_path / "submit.log").read_text()
+        assert job.returncode == 0 and "succeeded" in out, out[-4000:]
+        said = " ".join(out.split())  # the console wraps long lines
+        restart = re.search(
+            r"((?:rlsvc-[\w-]+, )*rlsvc-[\w-]+) died in step \d+ \(\w+\): policy actors restarted from the checkpoint", said
+        )
+        assert restart and {"rlsvc-trainer-0", "rlsvc-rollout-0"} <= set(restart[1].split(", ")), out[-4000:]
+        [result] = [json.loads(p.read_text()) for p in runs.glob("*/result.json")]
+        assert result["steps"] == steps
+
+        # every actor of the job ran again on the surviving node of its group (Ray restarted the
+        # env, reward and buffer actors in place; the job replaced the policy actors)
+        nodes = cluster.node_groups(NODE_MARK)  # alive raylets only
+        survivors = {node.rsplit("-", 1)[0]: node for node in {"gpu-workers-0", "gpu-workers-1", "cpu-workers-0", "cpu-workers-1"} - lost}
+        ran_on: dict[str, set] = {}
+        for a in list_actors(address=cluster.url, detail=True, limit=1000, raise_on_missing_output=False):
+            if a.name in where:
+                ran_on.setdefault(a.name, set()).add(nodes.get(a.node_id))
+        for name, node in where.items():
+            assert survivors[node.rsplit("-", 1)[0]] in ran_on[name], (name, where, ran_on)
+    finally:
+        cluster.stop()

