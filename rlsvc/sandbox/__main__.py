@@ -13,13 +13,19 @@ from rlsvc.sandbox.local import LocalSandbox, SandboxLimits, SandboxUnavailable
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rlsvc.sandbox", description=__doc__)
     ap.add_argument("--timeout", type=float, default=5.0, help="wall-clock seconds before the run is killed")
-    ap.add_argument("--memory-mb", type=int, default=SandboxLimits.memory_mb)
+    ap.add_argument("--memory-mb", type=int, default=SandboxLimits.memory_mb, help="address space of each process")
+    ap.add_argument("--run-memory-mb", type=int, default=SandboxLimits.run_memory_mb, help="memory of the whole run (its cgroup)")
+    ap.add_argument("--cpus", type=float, default=SandboxLimits.cpus, help="CPU share of the whole run (its cgroup; 1.0: one core)")
     args = ap.parse_args(argv)
-    if args.timeout <= 0:
-        print("rlsvc.sandbox: --timeout must be > 0", file=sys.stderr)
-        return 2
+    for name in ("timeout", "memory_mb", "run_memory_mb", "cpus"):
+        if getattr(args, name) <= 0:
+            print(f"rlsvc.sandbox: --{name.replace('_', '-')} must be > 0", file=sys.stderr)
+            return 2
     try:
-        box = LocalSandbox(SandboxLimits(memory_mb=args.memory_mb, cpu_s=max(1, int(args.timeout) + 1)))
+        limits = SandboxLimits(
+            memory_mb=args.memory_mb, run_memory_mb=args.run_memory_mb, cpus=args.cpus, cpu_s=max(1, int(args.timeout) + 1)
+        )
+        box = LocalSandbox(limits)
     except SandboxUnavailable as e:
         print(f"rlsvc.sandbox: {e}", file=sys.stderr)
         return 2

@@ -3,6 +3,9 @@
 What confines a run (Linux; util-linux's prlimit, unshare and setpriv):
 - resource limits (prlimit): address space, CPU seconds, file size (which also caps stdout and
   stderr: they go to files), open files, processes;
+- a cgroup of its own (rlsvc/sandbox/cgroup.py, when the service runs as root and cgroups are
+  writable): memory, processes and CPU share of the whole run, all its processes together, and
+  at the end every process left in it killed;
 - namespaces (unshare): no network (a new network namespace whose only interface is down); its
   own PID namespace, so when the run ends every process it started dies with it, background
   children and daemons included; its own mount namespace with a root built for it (`_INSIDE`):
@@ -39,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyseccomp
+
+from rlsvc.sandbox import cgroup
 
 log = logging.getLogger(__name__)
 # The run's first code (boot.py: loads its syscall filter, then runs main.py) and what it needs
@@ -188,7 +193,12 @@ class SandboxLimits:
     open_files: int = 64
     """Open file descriptors per process."""
     processes: int = 32
-    """Processes (and threads) the run's uid may have at once."""
+    """Processes (and threads) the run's uid may have at once; also the run's cgroup's pids.max."""
+    run_memory_mb: int = 512
+    """Memory of the whole run, all its processes and the files it writes in memory together
+    (its cgroup's memory limit), where per-run cgroups are available."""
+    cpus: float = 1.0
+    """CPU time of the whole run per wall-clock second (its cgroup's CPU quota: 1.0 is one core)."""
 
 
 @dataclass
@@ -224,11 +234,15 @@ def _site_dirs(python: str) -> list[str]:
     return sorted({p for p in out.stdout.splitlines() if p.startswith("/usr/") and ":" not in p})
 
 
-def _error_line(stderr: str, exit_code: int | None, timed_out: bool, timeout_s: float, limits: SandboxLimits) -> str | None:
+def _error_line(
+    stderr: str, exit_code: int | None, timed_out: bool, timeout_s: float, limits: SandboxLimits, out_of_memory: bool = False
+) -> str | None:
     if timed_out:
         return f"TimeoutError: no result within {timeout_s:g} s (wall clock)"
     if exit_code == 0:
         return None
+    if out_of_memory and exit_code is not None and exit_code < 0 and signal.Signals(-exit_code) == signal.SIGKILL:
+        return f"Killed: memory limit of the run ({limits.run_memory_mb} MB, all its processes together)"
     if exit_code is not None and exit_code < 0:
         sig = signal.Signals(-exit_code).name
         reason = {
@@ -255,6 +269,10 @@ class LocalSandbox:
         self.site_dirs = _site_dirs(self.python)
         self.libraries = [ctypes.util.find_library("c") or "libc.so.6", ctypes.util.find_library("seccomp") or "libseccomp.so.2"]
         self.uids = UidPool()
+        # a cgroup per run needs root (or a delegated cgroup subtree); without it, per-process limits only
+        self.no_cgroups = cgroup.available() if self.as_root else "the service does not run as root"
+        if self.no_cgroups:
+            log.warning("LocalSandbox: no per-run cgroups (%s): limits are per process", self.no_cgroups)
         missing = [tool for tool in ("prlimit", "unshare", "setpriv") if shutil.which(tool) is None]
         if missing:
             raise SandboxUnavailable(f"LocalSandbox needs util-linux's {', '.join(missing)} on PATH")
@@ -265,7 +283,7 @@ class LocalSandbox:
             why = (probe.stderr.strip().splitlines() or [probe.error or "no output"])[-1]
             raise SandboxUnavailable(f"LocalSandbox cannot confine code on this node: {why}")
 
-    def _command(self, folder: Path, root: Path, uid: int) -> list[str]:
+    def _command(self, folder: Path, root: Path, uid: int, cgroup_procs: list[str]) -> list[str]:
         lim = self.limits
         limits = [
             f"--as={lim.memory_mb * 2**20}",
@@ -285,7 +303,10 @@ class LocalSandbox:
         drop = drop if self.as_root else []
         code = [*drop, self.python, "-I", "-B", "-X", "utf8", f"/tmp/{BOOT_DIR}/boot.py", *self.libraries]
         hidden = ":".join(self.site_dirs)
-        return ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), str(root), hidden, *code]
+        cmd = ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), str(root), hidden, *code]
+        # the run's first process joins its cgroup before it starts anything, then becomes the run
+        join = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
+        return ["sh", "-c", join, "rlsvc-cgroup", str(len(cgroup_procs)), *cgroup_procs, *cmd]
 
     def run(self, code: str, timeout_s: float = 5.0) -> SandboxResult:
         if not self.as_root:  # the run is the service's user inside a user namespace: no uid to lease
@@ -298,7 +319,11 @@ class LocalSandbox:
         io_dir = Path(tempfile.mkdtemp(prefix="rlsvc-sbx-io-"))  # outside the run's reach
         root = Path(tempfile.mkdtemp(prefix="rlsvc-sbx-root-"))  # empty: the run's root is mounted on it in its namespace
         out, err = io_dir / "stdout", io_dir / "stderr"
+        run_cgroup = None
         try:
+            if not self.no_cgroups:
+                limits = self.limits
+                run_cgroup = cgroup.RunCgroup(cgroup.RunLimits(limits.run_memory_mb * 2**20, limits.processes, limits.cpus))
             (folder / "main.py").write_text(code)
             boot = folder / BOOT_DIR  # the service's (root's, under root): the run reads it and cannot change it
             boot.mkdir()
@@ -319,7 +344,7 @@ class LocalSandbox:
             t0 = time.perf_counter()
             with out.open("wb") as fo, err.open("wb") as fe:
                 proc = subprocess.Popen(
-                    self._command(folder, root, uid),
+                    self._command(folder, root, uid, run_cgroup.procs_files if run_cgroup else []),
                     stdin=subprocess.DEVNULL,
                     stdout=fo,
                     stderr=fe,
@@ -336,15 +361,22 @@ class LocalSandbox:
             stderr = err.read_bytes()[:OUTPUT_LIMIT].decode("utf-8", "replace")
             if exit_code is not None and exit_code > 128 and not timed_out:  # sh/unshare report a signal as 128+n
                 exit_code = -(exit_code - 128)
-            return SandboxResult(
-                stdout, stderr, exit_code, timed_out, _error_line(stderr, exit_code, timed_out, timeout_s, self.limits), elapsed
-            )
+            if exit_code == 1 and stderr.endswith(_UNSHARE_SIGKILLED):
+                # unshare re-raises the signal that killed the run on itself, which it cannot do
+                # for SIGKILL (the memory limit of the run's cgroup, for one): it says so and exits 1
+                stderr, exit_code = stderr.removesuffix(_UNSHARE_SIGKILLED), -signal.SIGKILL
+            oom = run_cgroup is not None and run_cgroup.out_of_memory()
+            error = _error_line(stderr, exit_code, timed_out, timeout_s, self.limits, oom)
+            return SandboxResult(stdout, stderr, exit_code, timed_out, error, elapsed)
         finally:
+            if run_cgroup is not None:
+                run_cgroup.remove()  # whatever is left of the run is killed first
             remove_tree(folder)
             remove_tree(io_dir)
             remove_tree(root)
 
 
+_UNSHARE_SIGKILLED = "unshare: sigprocmask unblock failed: Invalid argument\n"
 ERROR_MARK = "<<rlsvc-cell-error>>"
 
 

@@ -48,7 +48,9 @@ def sandbox_processes() -> list[int]:
 
 
 def leftovers() -> list[str]:
-    return sorted(p.name for p in Path(tempfile.gettempdir()).glob("rlsvc-sbx-*"))
+    """The sandbox's folders in the temp folder, and its runs' cgroups (v1 and v2 layouts)."""
+    cgroups = [*Path("/sys/fs/cgroup").glob("*/rlsvc-sandbox/run-*"), *Path("/sys/fs/cgroup").glob("rlsvc-sandbox/run-*")]
+    return sorted(p.name for p in [*Path(tempfile.gettempdir()).glob("rlsvc-sbx-*"), *cgroups])
 
 
 def check_clean(box: LocalSandbox, before: list[str]) -> None:
@@ -344,3 +346,73 @@ def test_run_uids_are_leased_node_wide(tmp_path):
         holder.wait()
     with UidPool(lock, base=theirs, size=1).lease() as uid:  # the kernel dropped the dead holder's lock
         assert uid == theirs
+
+
+def _cgroups_here() -> str | None:
+    import os
+
+    from rlsvc.sandbox import cgroup
+
+    return "not root" if os.geteuid() != 0 else cgroup.available()
+
+
+needs_cgroups = pytest.mark.skipif(_cgroups_here() is not None, reason=f"no per-run cgroups here: {_cgroups_here()}")
+TOUCH_100MB = "b = bytearray(100 * 2**20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\n"
+
+
+@needs_cgroups
+def test_the_runs_processes_together_stay_within_the_runs_memory():
+    """Four processes, each within the per-process limit, cannot together hold more than the
+    run's memory: the kernel kills some of them; a run whose own process goes past it is reported
+    in one line."""
+    box = LocalSandbox(SandboxLimits(memory_mb=256, run_memory_mb=256, cpu_s=5, processes=16))
+    before = leftovers()
+    code = "import os, time\nkids = []\nfor _ in range(4):\n    pid = os.fork()\n    if pid == 0:\n"
+    code += "".join(f"        {line}\n" for line in TOUCH_100MB.splitlines())
+    code += "        time.sleep(2)\n        os._exit(0)\n    kids.append(pid)\nprint([os.waitpid(p, 0)[1] for p in kids])"
+    r = box.run(code, timeout_s=15)
+    statuses = ast.literal_eval(r.stdout)
+    assert r.exit_code == 0 and len(statuses) == 4 and statuses.count(0) <= 2 and statuses.count(9) >= 2, r  # SIGKILLed
+    one = LocalSandbox(SandboxLimits(memory_mb=1024, run_memory_mb=128, cpu_s=5, processes=16))
+    r = one.run("b = bytearray(300 * 2**20)\nfor i in range(0, len(b), 4096):\n    b[i] = 1\nprint('held')", timeout_s=15)
+    assert r.stdout == "" and r.error == "Killed: memory limit of the run (128 MB, all its processes together)", r
+    check_clean(box, before)
+
+
+@needs_cgroups
+def test_the_runs_cpu_share_is_its_cgroups_quota():
+    """Two busy processes for 1.5 s of wall clock get about half a core together (cpus=0.5), not
+    the two cores they would take."""
+    box = LocalSandbox(SandboxLimits(cpus=0.5, cpu_s=5, processes=16))
+    code = (
+        "import os, time\nt0 = time.time()\npid = os.fork()\nwhile time.time() - t0 < 1.5:\n    pass\n"
+        "if pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)\nt = os.times()\n"
+        "print(t.user + t.system + t.children_user + t.children_system, time.time() - t0)"
+    )
+    cpu, wall = map(float, box.run(code, timeout_s=15).stdout.split())
+    assert cpu <= 0.5 * wall * 1.3 + 0.1, (cpu, wall)
+
+
+CLI_HOSTILE = ("fork bomb", "memory bomb", "leaves the process group", "background children")
+
+
+@pytest.mark.parametrize("name", CLI_HOSTILE)
+def test_hostile_snippets_through_the_cli_are_contained(box, name):
+    """The same battery through `python -m rlsvc.sandbox`, the entry point people try code with."""
+    before = leftovers()
+    out = subprocess.run(
+        [sys.executable, "-m", "rlsvc.sandbox", "--timeout", str(TIMEOUT), "--memory-mb", "256"],
+        input=HOSTILE[name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    if name == "memory bomb":
+        assert not r["timed_out"] and "MemoryError" in r["error"]
+    elif name == "background children":
+        assert r["stdout"] == "parent done\n" and r["exit_code"] == 0
+    else:
+        assert r["timed_out"] and r["error"].startswith("TimeoutError")
+    check_clean(box, before)
