@@ -104,7 +104,7 @@ def main() -> None:
     print("| run | median latency | ratio |\n|---|---|---|")
     print(f"| bare `python -c` subprocess | {over['bare_median_s'] * 1000:.1f} ms | 1.00x |")
     print(
-        f"| LocalSandbox (limits, namespaces, own uid and root, syscall filter) | {over['sandbox_median_s'] * 1000:.1f} ms | {over['ratio']:.2f}x |"
+        f"| LocalSandbox (limits, cgroup, namespaces, own uid and root, syscall filter) | {over['sandbox_median_s'] * 1000:.1f} ms | {over['ratio']:.2f}x |"
     )
     print("\n| sessions on one env actor | sandboxed executions/s |\n|---|---|")
     for row in rows:
