@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install crds run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-chaos clean
+.PHONY: install crds prometheus monitor notebooks run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,30 @@ install: $(VENV)/.installed
 crds: install
 	$(BIN)/python scripts/kuberay_crds.py
 
+# Debian's prometheus package, unpacked into .cache/prometheus/ (its binary only: no service is
+# installed or started); apt's package lists are fetched first where they are missing (as root)
+PROMETHEUS_BIN := .cache/prometheus/usr/bin/prometheus
+$(PROMETHEUS_BIN):
+	mkdir -p .cache/prometheus-deb
+	cd .cache/prometheus-deb && (apt-get download prometheus 2>/dev/null || (apt-get update -qq && apt-get download prometheus))
+	dpkg-deb -x .cache/prometheus-deb/prometheus_*.deb .cache/prometheus
+	rm -rf .cache/prometheus-deb
+
+prometheus: $(PROMETHEUS_BIN)
+
+# Prometheus on 127.0.0.1:9090 scraping every node of the local Ray cluster (scripts/monitor.py)
+monitor: install prometheus
+	$(BIN)/python scripts/monitor.py $(ARGS)
+
+# JupyterLab on 127.0.0.1 with notebooks/ (the `notebooks` extra; `make install` has it through dev);
+# as root (a container) Jupyter must be told it may run so
+notebooks: install
+	$(BIN)/jupyter lab --ip=127.0.0.1 --no-browser --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(ARGS)
+
 run: install
 	$(BIN)/python -m rlsvc.train $(ARGS)
 
-test: install crds lint
+test: install crds prometheus lint
 	$(BIN)/python -m pytest tests --durations=25
 
 test-fast: install

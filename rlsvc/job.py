@@ -187,12 +187,13 @@ def train(
                 ledger(step=step + 1, groups=loop.trained_groups)
                 last["time/since_start_s"] = time.time() - started
                 tracker.log_metrics(last, step=step + 1)
-                ray_metrics.record(last, len(episodes))
+                ray_metrics.record(last, len(episodes), restarts)
                 if step in (0, cfg.run.steps - 1) or step % 25 == 0:
                     write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)
                 if cfg.eval.every_steps and (step + 1) % cfg.eval.every_steps == 0:
                     t_val = time.perf_counter()
                     val = validate(cfg, loop)
+                    ray_metrics.validated(val)
                     if best is None or val > best.val_return:
                         best = Best(val, loop.version, loop.svc.trainer_group.hf_state_dict())
                     tracker.log_metrics({"eval/val_return": val, "time/validate_s": time.perf_counter() - t_val}, step=step + 1)

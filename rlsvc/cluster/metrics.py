@@ -15,6 +15,10 @@ on one cluster stay apart.
 | rlsvc_step_phase_seconds | gauge | role=driver, phase | rollout, reward, reference, train, sync and whole-step seconds |
 | rlsvc_env_errors_total | counter | role=env | episodes whose environment failed (their groups were left out) |
 | rlsvc_episodes_total | counter | role=driver | episodes played |
+| rlsvc_validation_return | gauge | role=driver | greedy return of the policy at the last validation |
+| rlsvc_actor_restarts | gauge | role=driver, kind | actors lost and replaced so far: policy_group, rollout_worker, env |
+
+monitoring/grafana/rlsvc.json charts them (tests/e2e/test_monitoring.py evaluates its queries).
 """
 
 from __future__ import annotations
@@ -50,12 +54,16 @@ class RayStepMetrics:
         self.phase = Gauge("rlsvc_step_phase_seconds", "Seconds per step phase (last step)", tag_keys=("role", "run", "phase"))
         self.env_errors = Counter("rlsvc_env_errors_total", "Episodes whose environment failed", tag_keys=("role", "run"))
         self.episodes = Counter("rlsvc_episodes_total", "Episodes played", tag_keys=("role", "run"))
+        self.validation = Gauge("rlsvc_validation_return", "Greedy return at the last validation", tag_keys=("role", "run"))
+        self.restarts = Gauge("rlsvc_actor_restarts", "Actors lost and replaced so far", tag_keys=("role", "run", "kind"))
+        self.env_failures = 0.0  # env actors lost so far (the loop reports them per step)
 
     def _tags(self, role: str, **more: str) -> dict[str, str]:
         return {"role": role, "run": self.run, **more}
 
-    def record(self, m: dict[str, Any], episodes: int) -> None:
-        """One step's metrics (the dict the loop logs to MLflow) and how many episodes it played."""
+    def record(self, m: dict[str, Any], episodes: int, policy_restarts: int = 0) -> None:
+        """One step's metrics (the dict the loop logs to MLflow), how many episodes it played, and
+        how many times the job has restarted its policy group so far."""
         step_s = m.get("time/step_s")
         if step_s:
             self.episodes_per_s.set(episodes / step_s, tags=self._tags("driver"))
@@ -77,3 +85,14 @@ class RayStepMetrics:
             self.env_errors.inc(float(m["failed_episodes"]), tags=self._tags("env"))
         if episodes:
             self.episodes.inc(float(episodes), tags=self._tags("driver"))
+        self.env_failures += float(m.get("env_actor_failures", 0.0))
+        restarts = {
+            "policy_group": float(policy_restarts),
+            "rollout_worker": float(m.get("rollout_replacements_total", 0.0)),
+            "env": self.env_failures,
+        }
+        for kind, count in restarts.items():
+            self.restarts.set(count, tags=self._tags("driver", kind=kind))
+
+    def validated(self, val_return: float) -> None:
+        self.validation.set(float(val_return), tags=self._tags("driver"))

@@ -41,6 +41,8 @@ RAY_METRICS = {
     "rlsvc_weight_sync_seconds": "trainer",
     "rlsvc_step_phase_seconds": "driver",
     "rlsvc_episodes_total": "driver",
+    "rlsvc_validation_return": "driver",
+    "rlsvc_actor_restarts": "driver",
 }
 
 

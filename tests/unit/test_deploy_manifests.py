@@ -29,7 +29,13 @@ CRDS = kuberay_crds.crds_dir()
 HOW_TO_GET_CRDS = (
     f"run 'make crds' (downloads KubeRay {kuberay_crds.VERSION}'s CRDs) or set {kuberay_crds.ENV_VAR} to a folder holding them"
 )
-OVERLAYS = {"cpu-tiny": REPO / "kuberay/overlays/cpu-tiny", "gpu-qwen2.5-1.5b": REPO / "kuberay/overlays/gpu-qwen2.5-1.5b"}
+OVERLAYS = {
+    "cpu-tiny": REPO / "kuberay/overlays/cpu-tiny",
+    "gpu-qwen2.5-1.5b": REPO / "kuberay/overlays/gpu-qwen2.5-1.5b",
+    "cpu-tiny-monitoring": REPO / "kuberay/overlays/cpu-tiny-monitoring",
+}
+# the monitoring component's upstream images, pinned (monitoring/kuberay/)
+MONITORING_IMAGES = {"prom/prometheus:v2.42.0", "grafana/grafana:11.6.0"}
 KUBERNETES_VERSION = "1.32"
 GPU_GROUP, CPU_GROUP = "gpu-workers", "cpu-workers"
 
@@ -277,7 +283,7 @@ def test_resources_param_parses_as_ray_start_reads_it():
 
 
 def test_every_image_has_a_recipe_that_agrees_with_pyproject(rendered):
-    images = {c["image"] for docs in rendered.values() for d in docs for c in _containers(d)}
+    images = {c["image"] for docs in rendered.values() for d in docs for c in _containers(d)} - MONITORING_IMAGES
     assert images == {"rlsvc-cpu:latest", "rlsvc-gpu:latest"}
     import tomllib
 
@@ -364,3 +370,32 @@ def test_ray_cluster_yaml_node_types_match_the_placement(launcher, rendered):
     k8s = {g.name: g for g in raycluster_groups(one(rendered["gpu-qwen2.5-1.5b"], "RayCluster"))}
     assert groups["gpu_workers"].resources == k8s[GPU_GROUP].resources
     assert groups["gpu_workers"].replicas == k8s[GPU_GROUP].replicas
+
+
+def test_the_monitoring_component_wires_prometheus_grafana_and_the_ray_dashboard(rendered):
+    """Prometheus keeps the rlsvc cluster's pods, may list them, and has the repo's config; Grafana
+    has Prometheus as its data source and the repo's dashboard; the Ray head is pointed at the two
+    Services; the images are the pinned ones."""
+    docs = rendered["cpu-tiny-monitoring"]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    services = {name for kind, name in by if kind == "Service"}
+    head = one(docs, "RayCluster")["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in head["env"]}
+    for var, service, port in (("RAY_PROMETHEUS_HOST", "rlsvc-prometheus", 9090), ("RAY_GRAFANA_HOST", "rlsvc-grafana", 3000)):
+        assert env[var] == f"http://{service}:{port}" and service in services
+        [svc_port] = by[("Service", service)]["spec"]["ports"]
+        assert svc_port["port"] == port
+    prom_cfg = yaml.safe_load(by[("ConfigMap", "rlsvc-prometheus-config")]["data"]["prometheus.yml"])
+    assert prom_cfg == yaml.safe_load((REPO / "monitoring/kuberay/prometheus.yml").read_text())
+    [keep] = [r for r in prom_cfg["scrape_configs"][0]["relabel_configs"] if r.get("action") == "keep"]
+    assert keep["regex"] == one(docs, "RayCluster")["metadata"]["name"]  # KubeRay's ray.io/cluster label
+    role = by[("Role", "rlsvc-prometheus")]["rules"][0]
+    assert role["resources"] == ["pods"] and set(role["verbs"]) == {"get", "list", "watch"}
+    assert by[("Deployment", "rlsvc-prometheus")]["spec"]["template"]["spec"]["serviceAccountName"] == "rlsvc-prometheus"
+    provisioning = by[("ConfigMap", "rlsvc-grafana-provisioning")]["data"]
+    [source] = yaml.safe_load(provisioning["datasources.yaml"])["datasources"]
+    assert source["type"] == "prometheus" and source["url"] == env["RAY_PROMETHEUS_HOST"]
+    dashboard = by[("ConfigMap", "rlsvc-grafana-dashboards")]["data"]["rlsvc.json"]
+    assert json.loads(dashboard) == json.loads((REPO / "monitoring/grafana/rlsvc.json").read_text())
+    images = {c["image"] for d in docs for c in _containers(d)}
+    assert MONITORING_IMAGES <= images and all(not i.endswith(":latest") for i in MONITORING_IMAGES)
