@@ -179,6 +179,23 @@ def s3_bucket(s3_server: dict[str, str], monkeypatch: pytest.MonkeyPatch, reques
     return f"s3://{bucket}"
 
 
+# Every metric of rlsvc/cluster/metrics.py and the role it is tagged with (the e2e tests that read
+# them from Ray's metrics endpoint and from Prometheus)
+RLSVC_METRICS = {
+    "rlsvc_episodes_per_second": "driver",
+    "rlsvc_tokens_per_second": "rollout",
+    "rlsvc_mean_return": "reward",
+    "rlsvc_staleness": "buffer",
+    "rlsvc_buffer_depth": "buffer",
+    "rlsvc_weight_sync_seconds": "trainer",
+    "rlsvc_step_phase_seconds": "driver",
+    "rlsvc_env_errors_total": "env",
+    "rlsvc_episodes_total": "driver",
+    "rlsvc_validation_return": "driver",
+    "rlsvc_actor_restarts": "driver",
+}
+
+
 TINY_HF_SHAPE = dict(
     vocab_size=320,
     hidden_size=128,

@@ -24,27 +24,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import load_script
+from conftest import RLSVC_METRICS, load_script
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 monitor = load_script("monitor")
 prometheus_binary, render = monitor.prometheus_binary, monitor.render
 
-# every metric of rlsvc/cluster/metrics.py and the role it is tagged with
-METRICS = {
-    "rlsvc_episodes_per_second": "driver",
-    "rlsvc_tokens_per_second": "rollout",
-    "rlsvc_mean_return": "reward",
-    "rlsvc_staleness": "buffer",
-    "rlsvc_buffer_depth": "buffer",
-    "rlsvc_weight_sync_seconds": "trainer",
-    "rlsvc_step_phase_seconds": "driver",
-    "rlsvc_env_errors_total": "env",
-    "rlsvc_episodes_total": "driver",
-    "rlsvc_validation_return": "driver",
-    "rlsvc_actor_restarts": "driver",
-}
+METRICS = RLSVC_METRICS
 DASHBOARD = REPO / "monitoring/grafana/rlsvc.json"
 
 
