@@ -1,8 +1,9 @@
 """The deployed cluster, on one machine: a multi-node Ray cluster started with `ray start` from the
-rayStartParams of the KubeRay cpu-tiny overlay (a head with no CPUs, a gpu-workers node and a
-cpu-workers node, each a raylet of its own), the overlay's RayJob submitted with `ray job submit`,
-and Ray's state API asked where every actor ran; then a cluster with two nodes per worker group
-loses one of each mid-run. Every process is stopped by its PID."""
+rayStartParams of the KubeRay cpu-tiny overlay (a head with no CPUs, two gpu-workers nodes and two
+cpu-workers nodes, each a raylet of its own). A job submitted with `ray job submit` loses one node
+of each group mid-run and finishes; then the overlay's RayJob runs on the nodes left (one per group,
+the overlay's own shape) and Ray's state API is asked where every actor ran. Every process is
+stopped by its PID."""
 
 from __future__ import annotations
 
@@ -174,14 +175,88 @@ def _live_members(pgid: int) -> list[int]:
     return live
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def deployed():
+    """The overlay's cluster with two nodes in each worker group (one of each is lost in the first
+    test), shared by both tests: a cluster start and stop fewer."""
     docs = render_kustomize(OVERLAY)
     [raycluster] = [d for d in docs if d["kind"] == "RayCluster"]
     [rayjob] = [d for d in docs if d["kind"] == "RayJob"]
-    cluster = ManifestCluster(raycluster, tempfile.mkdtemp(prefix="rj-", dir="/tmp"))  # Ray's unix sockets need a short path
+    for g in raycluster["spec"]["workerGroupSpecs"]:
+        g["replicas"] = 2
+    # Ray declares a silent node dead after health checks fail (default about 30 s); shorter here
+    fast_death = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3", "RAY_health_check_timeout_ms": "1000"}
+    cluster = ManifestCluster(raycluster, tempfile.mkdtemp(prefix="rj-", dir="/tmp"), fast_death)  # Ray's unix sockets need a short path
     yield cluster, rayjob
     cluster.stop()
+
+
+def test_a_job_survives_losing_a_gpu_node_and_a_cpu_node(deployed, tmp_path: Path):
+    """Mid-run, the node running the policy actors and the node running the env, reward and
+    buffer actors are killed whole (raylet, object store, actors). Ray restarts the env, reward
+    and buffer actors on the other cpu-workers node, the job restarts its policy actors on the
+    other gpu-workers node from its newest checkpoint, and the job finishes every step. (First in
+    the module: the next test runs on the node of each group that is left.)"""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+    from ray.util.state import list_actors
+
+    cluster, _ = deployed
+    runs = tmp_path / "runs"
+    steps = 8
+    submission = f"rlsvc-lost-node-{os.getpid()}-{int(time.time())}"
+    # --no-wait, then the job's status and logs from the job server: the CLI's log tail is a
+    # websocket that a node's loss can break while the job itself goes on
+    cmd = [
+        *(str(BIN / "ray"), "job", "submit", "--no-wait", "--address", cluster.url, "--submission-id", submission),
+        *("--working-dir", str(REPO)),
+        *("--runtime-env-json", json.dumps({"env_vars": {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}})),
+        *("--", "python", "-m", "rlsvc.train", "--config", "configs/blackjack_tiny.yaml"),
+        *(f"run.steps={steps}", "run.checkpoint_every=2", "eval.every_steps=4", "eval.episodes=500", f"run.output_dir={runs}"),
+    ]
+    out = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    jobs = JobSubmissionClient(cluster.url)
+
+    def trained_steps() -> int:
+        ledgers = list(runs.glob("*/trained.jsonl"))
+        return sum(1 for line in ledgers[0].read_text().splitlines() if '"step"' in line) if ledgers else 0
+
+    deadline = time.time() + 600
+    while trained_steps() < 3 and not jobs.get_job_status(submission).is_terminal() and time.time() < deadline:
+        time.sleep(0.5)
+    assert jobs.get_job_status(submission) == JobStatus.RUNNING, jobs.get_job_logs(submission)[-4000:]
+
+    # the nodes the actors run on now, by the raylets' own names
+    nodes = cluster.node_groups(NODE_MARK)
+    alive = list_actors(address=cluster.url, filters=[("state", "=", "ALIVE")], detail=True, limit=1000, raise_on_missing_output=False)
+    where = {a.name: nodes[a.node_id] for a in alive if a.name and a.name.startswith("rlsvc-")}
+    [job_id] = {a.job_id for a in alive if a.name in where}  # this job's (the first test's actors are dead)
+    lost = {where["rlsvc-rollout-0"], where["rlsvc-env-0"]}
+    assert lost == {where["rlsvc-trainer-0"], where["rlsvc-buffer"]}, where  # packed: one node per group held them
+    for node in lost:
+        cluster.kill_node(node)
+
+    deadline = time.time() + 600
+    while not jobs.get_job_status(submission).is_terminal() and time.time() < deadline:
+        time.sleep(1)
+    out = jobs.get_job_logs(submission)
+    assert jobs.get_job_status(submission) == JobStatus.SUCCEEDED, out[-4000:]
+    said = " ".join(out.split())  # the console wraps long lines
+    restart = re.search(r"((?:rlsvc-[\w-]+, )*rlsvc-[\w-]+) died in step \d+ \(\w+\): policy actors restarted from the checkpoint", said)
+    assert restart and {"rlsvc-trainer-0", "rlsvc-rollout-0"} <= set(restart[1].split(", ")), out[-4000:]
+    [result] = [json.loads(p.read_text()) for p in runs.glob("*/result.json")]
+    assert result["steps"] == steps
+
+    # every actor of the job ran again on the surviving node of its group (Ray restarted the
+    # env, reward and buffer actors in place; the job replaced the policy actors)
+    nodes = cluster.node_groups(NODE_MARK)  # alive raylets only
+    survivors = {node.rsplit("-", 1)[0]: node for node in {"gpu-workers-0", "gpu-workers-1", "cpu-workers-0", "cpu-workers-1"} - lost}
+    ran_on: dict[str, set] = {}
+    for a in list_actors(address=cluster.url, detail=True, limit=1000, raise_on_missing_output=False):
+        if a.name in where and a.job_id == job_id:
+            ran_on.setdefault(a.name, set()).add(nodes.get(a.node_id))
+    for name, node in where.items():
+        assert survivors[node.rsplit("-", 1)[0]] in ran_on[name], (name, where, ran_on)
 
 
 def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed, tmp_path: Path):
@@ -229,7 +304,8 @@ def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed,
     from mlflow.tracking import MlflowClient
     from ray.job_submission import JobSubmissionClient
 
-    metadata = JobSubmissionClient(cluster.url).get_job_info(submission).metadata
+    info = JobSubmissionClient(cluster.url).get_job_info(submission)
+    metadata = info.metadata
     assert metadata == {
         **rayjob["spec"]["metadata"],
         "rlsvc.mlflow_run_id": result["mlflow_run_id"],
@@ -242,9 +318,10 @@ def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed,
     assert all(tags[f"ray.submission.{k}"] == v for k, v in rayjob["spec"]["metadata"].items()) and len(tags["ray.job_id"]) == 8
 
     # where every actor of the plan ran, by its rlsvc name, from Ray's state API
-    groups = cluster.node_groups()
-    assert sorted(groups.values()) == sorted(g for g, n in cluster.groups.items() for _ in range(n))
-    actors = {a.name: a for a in list_actors(address=cluster.url, detail=True, limit=1000, raise_on_missing_output=False) if a.name}
+    groups = cluster.node_groups()  # the live raylets: after the test above, one per group
+    assert set(groups.values()) == set(cluster.groups), groups
+    everything = list_actors(address=cluster.url, detail=True, limit=1000, raise_on_missing_output=False)
+    actors = {a.name: a for a in everything if a.name and a.job_id == info.job_id}  # this job's, not the test above's
     placement = planned(load_config(cfg_path))
     seen = set()
     for role in ROLES:
@@ -255,73 +332,3 @@ def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed,
             assert group == ("gpu-workers" if role in GPU_GROUP_ROLES else "cpu-workers"), f"{name} ran on {group}"
             seen.add(role)
     assert seen == set(ROLES)
-
-
-def test_a_job_survives_losing_a_gpu_node_and_a_cpu_node(tmp_path: Path):
-    """Two nodes in each worker group; mid-run, the node running the policy actors and the node
-    running the env, reward and buffer actors are killed whole (raylet, object store, actors).
-    Ray restarts the env, reward and buffer actors on the other cpu-workers node, the job
-    restarts its policy actors on the other gpu-workers node from its newest checkpoint, and the
-    job finishes every step."""
-    from ray.util.state import list_actors
-
-    docs = render_kustomize(OVERLAY)
-    [raycluster] = [d for d in docs if d["kind"] == "RayCluster"]
-    for g in raycluster["spec"]["workerGroupSpecs"]:
-        g["replicas"] = 2
-    # Ray declares a silent node dead after health checks fail (default about 30 s); shorter here
-    fast_death = {"RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3", "RAY_health_check_timeout_ms": "1000"}
-    cluster = ManifestCluster(raycluster, tempfile.mkdtemp(prefix="rj-", dir="/tmp"), fast_death)
-    try:
-        runs = tmp_path / "runs"
-        steps = 8
-        cmd = [
-            *(str(BIN / "ray"), "job", "submit", "--address", cluster.url, "--working-dir", str(REPO)),
-            *("--runtime-env-json", json.dumps({"env_vars": {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}})),
-            *("--", "python", "-m", "rlsvc.train", "--config", "configs/blackjack_tiny.yaml"),
-            *(f"run.steps={steps}", "run.checkpoint_every=2", "eval.every_steps=4", "eval.episodes=500", f"run.output_dir={runs}"),
-        ]
-        log = (tmp_path / "submit.log").open("w")
-        job = subprocess.Popen(cmd, env=cluster.env, stdout=log, stderr=subprocess.STDOUT, text=True)
-
-        def trained_steps() -> int:
-            ledgers = list(runs.glob("*/trained.jsonl"))
-            return sum(1 for line in ledgers[0].read_text().splitlines() if '"step"' in line) if ledgers else 0
-
-        deadline = time.time() + 600
-        while trained_steps() < 3 and job.poll() is None and time.time() < deadline:
-            time.sleep(0.5)
-        assert job.poll() is None, (tmp_path / "submit.log").read_text()[-4000:]
-
-        # the nodes the actors run on now, by the raylets' own names
-        nodes = cluster.node_groups(NODE_MARK)
-        alive = list_actors(address=cluster.url, filters=[("state", "=", "ALIVE")], detail=True, limit=1000, raise_on_missing_output=False)
-        where = {a.name: nodes[a.node_id] for a in alive if a.name and a.name.startswith("rlsvc-")}
-        lost = {where["rlsvc-rollout-0"], where["rlsvc-env-0"]}
-        assert lost == {where["rlsvc-trainer-0"], where["rlsvc-buffer"]}, where  # packed: one node per group held them
-        for node in lost:
-            cluster.kill_node(node)
-
-        job.wait(timeout=600)
-        out = (tmp_path / "submit.log").read_text()
-        assert job.returncode == 0 and "succeeded" in out, out[-4000:]
-        said = " ".join(out.split())  # the console wraps long lines
-        restart = re.search(
-            r"((?:rlsvc-[\w-]+, )*rlsvc-[\w-]+) died in step \d+ \(\w+\): policy actors restarted from the checkpoint", said
-        )
-        assert restart and {"rlsvc-trainer-0", "rlsvc-rollout-0"} <= set(restart[1].split(", ")), out[-4000:]
-        [result] = [json.loads(p.read_text()) for p in runs.glob("*/result.json")]
-        assert result["steps"] == steps
-
-        # every actor of the job ran again on the surviving node of its group (Ray restarted the
-        # env, reward and buffer actors in place; the job replaced the policy actors)
-        nodes = cluster.node_groups(NODE_MARK)  # alive raylets only
-        survivors = {node.rsplit("-", 1)[0]: node for node in {"gpu-workers-0", "gpu-workers-1", "cpu-workers-0", "cpu-workers-1"} - lost}
-        ran_on: dict[str, set] = {}
-        for a in list_actors(address=cluster.url, detail=True, limit=1000, raise_on_missing_output=False):
-            if a.name in where:
-                ran_on.setdefault(a.name, set()).add(nodes.get(a.node_id))
-        for name, node in where.items():
-            assert survivors[node.rsplit("-", 1)[0]] in ran_on[name], (name, where, ran_on)
-    finally:
-        cluster.stop()
