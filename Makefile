@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install crds prometheus monitor notebooks run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-chaos clean
+.PHONY: install crds prometheus chromium screenshots monitor notebooks run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-chaos clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,18 @@ $(PROMETHEUS_BIN):
 
 prometheus: $(PROMETHEUS_BIN)
 
+# Debian's chromium and its chromedriver for the browser tests (tests/e2e/test_operator_views.py);
+# installed with apt where chromedriver is missing, which takes root
+chromium:
+	@command -v chromedriver >/dev/null || { \
+	  [ "$$(id -u)" = 0 ] || { echo "make chromium: installing Debian's chromium and chromium-driver takes root (sudo make chromium)" >&2; exit 2; }; \
+	  apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }; }
+
+# The pictures in docs/img/: the browser tests' screenshots of a live job, written there
+screenshots: install prometheus chromium
+	RLSVC_SCREENSHOTS=docs/img $(BIN)/python -m pytest tests/e2e/test_operator_views.py
+
 # Prometheus on 127.0.0.1:9090 scraping every node of the local Ray cluster (scripts/monitor.py)
 monitor: install prometheus
 	$(BIN)/python scripts/monitor.py $(ARGS)
@@ -46,7 +58,7 @@ notebooks: install
 run: install
 	$(BIN)/python -m rlsvc.train $(ARGS)
 
-test: install crds prometheus lint
+test: install crds prometheus chromium lint
 	$(BIN)/python -m pytest tests --durations=25
 
 test-fast: install

@@ -18,7 +18,7 @@ on one cluster stay apart.
 | rlsvc_validation_return | gauge | role=driver | greedy return of the policy at the last validation |
 | rlsvc_actor_restarts | gauge | role=driver, kind | actors lost and replaced so far: policy_group, rollout_worker, env |
 
-monitoring/grafana/rlsvc.json charts them (tests/e2e/test_monitoring.py evaluates its queries).
+monitoring/grafana/rlsvc.json charts them (tests/e2e/test_operator_views.py evaluates its queries).
 """
 
 from __future__ import annotations
