@@ -39,7 +39,7 @@ prometheus: $(PROMETHEUS_BIN)
 chromium:
 	@command -v chromedriver >/dev/null || { \
 	  [ "$$(id -u)" = 0 ] || { echo "make chromium: installing Debian's chromium and chromium-driver takes root (sudo make chromium)" >&2; exit 2; }; \
-	  apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null || \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null || \
 	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; }; }
 
 # The pictures in docs/img/: the browser tests' screenshots of a live job, written there

@@ -103,7 +103,6 @@ class LiveJob:
     dashboard: str
     gcs: str
     submission: str
-    env: dict[str, str]
     started: float
     procs: list[subprocess.Popen] = field(default_factory=list)
 
@@ -155,7 +154,7 @@ def live(tmp_path_factory) -> Iterator[LiveJob]:
         "RAY_metrics_report_interval_ms": "1000",
         "RAY_PROMETHEUS_HOST": prom_url,
     }
-    job = LiveJob(work, prom_url, f"http://127.0.0.1:{dash_port}", f"127.0.0.1:{gcs_port}", f"rlsvc-live-{os.getpid()}", env, 0.0)
+    job = LiveJob(work, prom_url, f"http://127.0.0.1:{dash_port}", f"127.0.0.1:{gcs_port}", f"rlsvc-live-{os.getpid()}", 0.0)
     try:
         monitor_cmd = [sys.executable, str(REPO / "scripts/monitor.py"), "--port", str(prom_port), "--ray-temp-dir", ray_tmp]
         monitor_cmd += ["--scrape-interval", "1s", "--data", str(work / "prometheus-data")]

@@ -4,6 +4,7 @@ OpenEnv sessions, 2 FSDP2 trainer ranks over gloo, a reference model, weight syn
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -130,7 +131,11 @@ def test_a_dead_trainer_rank_restarts_the_group_from_the_checkpoint(job, tmp_pat
     loop.step(loop.version)  # moves past the checkpoint
     old = list(svc.trainers)
     ray.kill(svc.trainers[1], no_restart=True)
-    assert svc.dead_policy_actors() == ["rlsvc-trainer-1"]
+    # ray.kill returns before the process is gone: until then the rank may still answer a ping
+    deadline = time.time() + 30
+    while (dead := svc.dead_policy_actors()) != ["rlsvc-trainer-1"] and time.time() < deadline:
+        time.sleep(0.2)
+    assert dead == ["rlsvc-trainer-1"]
     step, best = recover(loop, tmp_path, lambda: setup_trainers(cfg, svc, setup.model))
     assert step == 7 and best is None and loop.version == saved_version
     assert all(new is not o for new, o in zip(svc.trainers, old)) and svc.dead_policy_actors() == []
