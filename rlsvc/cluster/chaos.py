@@ -3,7 +3,8 @@
 Joins the Ray cluster a job runs on and, every `--every` seconds for `--duration` seconds, kills
 one randomly chosen live rlsvc actor (found by its name: `rlsvc-rollout-0`, `rlsvc-trainer-1`,
 `rlsvc-env-3`, ...; never the driver) with `ray.kill`, as a crash or a lost node would. Prints one
-JSON line per kill and a summary. The job is expected to survive it (docs/faults.md).
+JSON line per kill (with the running count) and a summary, also when it is stopped with SIGTERM or
+the cluster goes away first (the job finished). The job is expected to survive it (docs/faults.md).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import argparse
 import json
 import os
 import random
+import signal
+import socket
 import sys
 import time
 
@@ -22,6 +25,18 @@ def live_rlsvc_actors() -> list[tuple[str, str]]:
 
     actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False, detail=True)
     return sorted((a.name, a.ray_namespace) for a in actors if a.name and a.name.startswith("rlsvc-"))
+
+
+def cluster_reachable(address: str) -> bool:
+    """Whether the GCS still accepts connections. Checked before each kill because a Ray call made
+    after the GCS has gone blocks for a minute and then ends the process from Ray's C++ core,
+    before any summary could be printed."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError:
+        return False
+    return True
 
 
 def kill_one(rng: random.Random, roles: set[str] | None) -> str | None:
@@ -64,15 +79,25 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time()
     next_kill = start + (args.every if args.first is None else args.first)
     killed: dict[str, int] = {}
-    while next_kill <= start + args.duration:
-        time.sleep(max(0.0, next_kill - time.time()))
-        name = kill_one(rng, roles)
-        if name is not None:
-            killed[name] = killed.get(name, 0) + 1
-            print(json.dumps({"t_s": round(time.time() - start, 1), "killed": name}), flush=True)
-        next_kill += args.every
-    print(json.dumps({"kills": sum(killed.values()), "by_actor": killed}), flush=True)
-    ray.shutdown()
+    cluster_gone = False
+    # SIGTERM (the job is over, or the operator had enough) still prints the summary
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        while next_kill <= start + args.duration:
+            time.sleep(max(0.0, next_kill - time.time()))
+            if not cluster_reachable(args.address):
+                cluster_gone = True
+                break
+            name = kill_one(rng, roles)
+            if name is not None:
+                killed[name] = killed.get(name, 0) + 1
+                print(json.dumps({"t_s": round(time.time() - start, 1), "killed": name, "kills": sum(killed.values())}), flush=True)
+            next_kill += args.every
+    finally:
+        summary = {"kills": sum(killed.values()), "by_actor": killed} | ({"cluster_gone": True} if cluster_gone else {})
+        print(json.dumps(summary), flush=True)
+    if not cluster_gone:
+        ray.shutdown()
     return 0
 
 
