@@ -1,18 +1,24 @@
 """Asynchronous GRPO: rollouts keep running while the trainer steps, staleness bounded.
 
-A producer thread in the driver plays batch after batch with whatever weights the engines hold;
-the trainer (the calling thread) learns from each batch in order and publishes the next version.
-Batch b is the one trainer step b learns from, when the trainer is at version b; it may be played
-by any version >= b - k (k = buffer.max_staleness), so the producer waits before batch b until the
-engines hold at least b - k. k = 0 is the synchronous schedule (batch b waits for version b, which
-the trainer publishes after learning from batch b - 1: no deadlock), k = 1 overlaps playing batch
+A producer thread in the driver streams the episodes of batch after batch through the env slots
+with whatever weights the engines hold; the trainer (the calling thread) learns from each batch in
+order and publishes the next version. Batch b is the one trainer step b learns from, when the
+trainer is at version b; its episodes may start once the engines hold version >= b - k
+(k = buffer.max_staleness). k = 0 is the synchronous schedule (batch b waits for version b, which
+the trainer publishes after learning from batch b - 1: no deadlock); k = 1 overlaps playing batch
 b + 1 with learning from batch b.
 
+Batches are not played in waves: a slot whose episode ends takes the next episode, of the next
+batch once the current one has none left to start (and the gate above lets it), so a batch's
+longest hands no longer hold up the start of the next one (PipelineRL's in-flight updates).
+
 Weights: after each step the trainer thread `stage`s the new version (its side of the transfer);
-the producer `apply`s the newest staged version between two batches, so an engine never changes
-weights inside a batch, is never drained and never rebuilt, and a batch carries one version.
-Off-policy correction is the loss's: the clipped ratio against vLLM's behaviour logprobs, or, with
-`grpo.tis_cap`, decoupled PPO with truncated importance weights.
+the producer `apply`s the newest staged version at the next round boundary (no generate call in
+flight), so an engine is never drained and never rebuilt. An episode running across the boundary
+plays its later turns with the newer weights: its tokens each carry the behaviour logprob of the
+version that sampled them, which is what the loss's off-policy correction uses (the clipped ratio,
+or decoupled PPO with truncated importance weights under `grpo.tis_cap`), and its recorded
+`policy_version` is the one it started with, so staleness is never under-counted.
 
 A policy actor that dies (a rollout worker in the producer, a trainer rank or the reference in the
 trainer thread) surfaces from `step` as the actor error; the job then recovers as it does for the
@@ -22,16 +28,16 @@ restored from the newest checkpoint, and the next `step` starts a new producer f
 
 from __future__ import annotations
 
-import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rlsvc.buffer.replay import Episode
 from rlsvc.cluster.errors import ActorDied
 from rlsvc.loop import GRPOLoop
-from rlsvc.rollout.runner import RolloutWorkerLost
+from rlsvc.rollout.runner import Job, RolloutWorkerLost
 from rlsvc.weight_sync.base import Staged
 
 
@@ -46,7 +52,8 @@ class PlayedBatch:
 
 
 class RolloutProducer:
-    """The producer thread: gate on staleness, apply the newest staged weights, play a batch."""
+    """The producer thread: streams batches through the runner (a `BatchStream`), applying newer
+    staged weights between rounds."""
 
     def __init__(self, loop: GRPOLoop, first_batch: int, engine_version: int) -> None:
         self.loop = loop
@@ -82,37 +89,131 @@ class RolloutProducer:
             self._cv.notify_all()
         self._thread.join(timeout=600)
 
-    def _newest_staged(self, b: int) -> Staged | None:
-        """Wait until batch b may be played; return staged weights newer than the engines'."""
+    @property
+    def stopped(self) -> bool:
+        return self._stop
+
+    def may_start(self, b: int) -> bool:
+        return self.engine_version >= b - self.k
+
+    def newer_staged(self) -> Staged | None:
+        staged = self._staged
+        return staged if staged is not None and staged.manifest.version > self.engine_version else None
+
+    def apply_newest(self) -> dict[str, float]:
+        """Load the newest staged version into the engines (no generate call is in flight)."""
+        staged = self.newer_staged()
+        if staged is None:
+            return {}
+        with self.apply_lock:
+            applied = self.loop.sync.apply(staged)
+        with self._cv:
+            self.engine_version = staged.manifest.version
+        return applied
+
+    def wait_for(self, ready: Callable[[], bool]) -> bool:
+        """Block until `ready()` or newer staged weights (True), or until stopped (False)."""
         t0 = time.perf_counter()
         with self._cv:
-            while not self._stop:
-                newest = self._staged.manifest.version if self._staged is not None else -1
-                if max(self.engine_version, newest) >= b - self.k:
-                    break
+            while not self._stop and not ready() and self.newer_staged() is None:
                 self._cv.wait(timeout=1.0)
-            staged = self._staged if self._staged is not None and self._staged.manifest.version > self.engine_version else None
         self.idle_s += time.perf_counter() - t0
-        return staged
+        return not self._stop
 
     def _run(self, first_batch: int) -> None:
         try:
-            for b in itertools.count(first_batch):
-                staged = self._newest_staged(b)
-                if self._stop:
-                    return
-                applied: dict[str, float] = {}
-                if staged is not None:
-                    with self.apply_lock:
-                        applied = self.loop.sync.apply(staged)
-                    self.engine_version = staged.manifest.version
-                t0 = time.perf_counter()
-                episodes = self.loop.collect(b, self.engine_version)
-                self.batches.put(
-                    PlayedBatch(b, self.engine_version, episodes, time.perf_counter() - t0, applied, dict(self.loop.runner.last_timing))
-                )
+            self.loop.runner.stream(BatchStream(self, first_batch))
         except BaseException as err:  # surfaced to the trainer thread by next_batch()
             self.batches.put(err)
+
+
+@dataclass
+class _Open:
+    """A batch whose episodes have started to be played."""
+
+    jobs: list[Job]
+    version: int
+    started: float
+    left: int = 0
+    taken: int = 0
+
+
+class BatchStream:
+    """The runner's job source in asynchronous mode: batch after batch from `first`, each
+    episode started only when the staleness gate lets its batch start; a batch is handed to the
+    trainer (in order) once its last episode has ended."""
+
+    def __init__(self, producer: RolloutProducer, first: int) -> None:
+        self.producer = producer
+        self.loop = producer.loop
+        self._lock = threading.Lock()
+        self._open: dict[int, _Open] = {}
+        self._next_open = first  # the next batch to start
+        self._next_done = first  # the next batch to hand over
+        self._applied: dict[str, float] = {}
+        self._timing_mark: dict[str, float] = {}
+
+    @property
+    def stopped(self) -> bool:
+        return self.producer.stopped
+
+    @stopped.setter
+    def stopped(self, value: bool) -> None:  # a slot group failed: the others stop too
+        if value:
+            with self.producer._cv:
+                self.producer._stop = True
+                self.producer._cv.notify_all()
+
+    def take(self, n: int) -> list[Job]:
+        out: list[Job] = []
+        with self._lock:
+            while len(out) < n and not self.stopped:
+                current = self._open.get(self._next_open - 1)
+                if current is None or current.taken == len(current.jobs):
+                    if not self.producer.may_start(self._next_open):
+                        break
+                    current = self._start_batch(self._next_open)
+                    self._next_open += 1
+                more = current.jobs[current.taken : current.taken + n - len(out)]
+                current.taken += len(more)
+                out += more
+        return out
+
+    def _start_batch(self, b: int) -> _Open:
+        loop, version = self.loop, self.producer.engine_version
+        jobs = loop.runner.jobs(loop.groups(b), loop.cfg.grpo.group_size, version, loop.sample_seed(b), batch=b)
+        self._open[b] = opened = _Open(jobs, version, time.perf_counter(), left=len(jobs))
+        return opened
+
+    def finished(self, job: Job) -> None:
+        with self._lock:
+            self._open[job.batch].left -= 1
+            while (done := self._open.get(self._next_done)) is not None and done.left == 0:
+                del self._open[self._next_done]
+                timing = self.loop.runner.timing()
+                played = PlayedBatch(
+                    self._next_done,
+                    done.version,
+                    [j.episode for j in done.jobs],
+                    time.perf_counter() - done.started,
+                    self._applied,
+                    {k: v - self._timing_mark.get(k, 0.0) for k, v in timing.items()},  # since the last batch handed over
+                )
+                self._applied, self._timing_mark = {}, timing
+                self.producer.batches.put(played)
+                self._next_done += 1
+
+    def wait(self) -> bool:
+        return self.producer.wait_for(lambda: self.producer.may_start(self._next_open))
+
+    def update_pending(self) -> bool:
+        return self.producer.newer_staged() is not None
+
+    def between_rounds(self) -> None:
+        applied = self.producer.apply_newest()
+        with self._lock:
+            for k, v in applied.items():
+                self._applied[k] = self._applied.get(k, 0.0) + v
 
 
 class AsyncGRPOLoop(GRPOLoop):

@@ -16,6 +16,7 @@ import argparse
 import json
 import random
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -207,10 +208,17 @@ class DealPaths:
 
 
 _PATHS: dict[tuple[int, int], DealPaths] = {}
+_PATHS_LOCK = threading.Lock()  # a job deals them in a start-up thread (Task.prepare_validation)
 
 
 def deal_paths(episodes: int, seed: int) -> DealPaths:
     """The paths of the deals (episodes, seed), kept for the process's next evaluation on them."""
+
+    with _PATHS_LOCK:
+        return _deal_paths(episodes, seed)
+
+
+def _deal_paths(episodes: int, seed: int) -> DealPaths:
     import torch
 
     key = (episodes, seed)

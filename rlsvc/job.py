@@ -325,6 +325,13 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         # (and gradio with it, seconds) while the actors start, rather than when the first step
         # unpickles one.
         threading.Thread(target=task.env_spec, name="rlsvc-import-env", daemon=True).start()
+        if cfg.eval.every_steps:  # likewise what validation needs that no policy changes (BlackJack: its deals)
+            threading.Thread(
+                target=task.prepare_validation,
+                args=(cfg.eval.val_episodes, cfg.eval.val_seed),
+                name="rlsvc-prepare-validation",
+                daemon=True,
+            ).start()
         trainer_setup = setup_trainers(cfg, svc, model)
 
         # The vLLM engines start up while the trainer warm-starts and the reference is built: the

@@ -218,9 +218,12 @@ class GRPOLoop:
         B = self.cfg.grpo.groups_per_step
         return [(step * B + b, deal_seed(self.cfg.run.seed, step, b)) for b in range(B)]
 
+    def sample_seed(self, step: int) -> int:
+        return self.cfg.run.seed * 7919 + step
+
     def collect(self, step: int, version: int) -> list[Episode]:
         """docs/design.md, steps 1-2: B groups of G episodes played to the end with the engines' policy."""
-        return self.runner.collect(self.groups(step), self.cfg.grpo.group_size, version, sample_seed=self.cfg.run.seed * 7919 + step)
+        return self.runner.collect(self.groups(step), self.cfg.grpo.group_size, version, sample_seed=self.sample_seed(step))
 
     def collect_replacing(self, step: int) -> list[Episode]:
         """`collect`, surviving rollout workers that die on the way: each dead one is started

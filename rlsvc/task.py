@@ -130,6 +130,12 @@ class Task(ABC):
         `eval.every_steps` must be 0)."""
         return None
 
+    def prepare_validation(self, episodes: int, seed: int) -> None:
+        """Work `validate` needs that does not depend on the policy (e.g. the validation deals),
+        done once in the job's start-up, in a background thread, so the first validation does
+        not stall training. Default: nothing."""
+        return None
+
     def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float] | None:
         """Scores of the saved policy (a Hugging Face folder) on `episodes` held-out episodes
         (`eval.episodes`). None: the task has no such evaluation (then `eval.episodes` must be 0)."""

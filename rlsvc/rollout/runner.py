@@ -7,6 +7,8 @@ It depends only on two small interfaces, so it runs the same over Ray actor hand
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -66,23 +68,109 @@ class PromptCodec(Protocol):
     def next_turn(self, sequence: list[int], obs: Any) -> list[int] | None: ...
 
 
-class _Shared:
-    """An iterator several threads take items from, each item once; `close` ends it for all."""
+@dataclass
+class Job:
+    """One episode to play: its record (filled as it is played), its deal and the base of its
+    sampling seeds (turn t samples with `seed_base + t * 100_003`)."""
 
-    def __init__(self, items: Iterator[Any]) -> None:
-        self._items = items
+    episode: Episode
+    deal_seed: int
+    seed_base: int
+    batch: int = 0
+
+
+class JobSource(Protocol):
+    """Where the slots take their next episodes from (`RolloutRunner.stream`)."""
+
+    stopped: bool
+
+    def take(self, n: int) -> list[Job]:
+        """Up to `n` episodes that may start now; never blocks."""
+        ...
+
+    def finished(self, job: Job) -> None:
+        """`job`'s episode has ended (played out, invalid, truncated or failed)."""
+        ...
+
+    def wait(self) -> bool:
+        """Nothing is running on the caller's slots and nothing may start: block until something
+        may (True) or until the source is done (False)."""
+        ...
+
+    def update_pending(self) -> bool:
+        """Whether `between_rounds` has work (newer weights to load)."""
+        ...
+
+    def between_rounds(self) -> None:
+        """Run while no generate call is in flight (e.g. load newer weights into the engines)."""
+        ...
+
+
+class _Queue:
+    """A fixed list of jobs several slot groups take from, each once; `close` ends it for all."""
+
+    def __init__(self, jobs: list[Job]) -> None:
+        self._jobs = iter(jobs)
         self._lock = threading.Lock()
+        self.stopped = False
 
-    def __iter__(self) -> _Shared:
-        return self
-
-    def __next__(self) -> Any:
+    def take(self, n: int) -> list[Job]:
         with self._lock:
-            return next(self._items)
+            return list(itertools.islice(self._jobs, n))
+
+    def finished(self, job: Job) -> None:
+        pass
+
+    def wait(self) -> bool:
+        return False  # a fixed list: nothing more will come
+
+    def update_pending(self) -> bool:
+        return False
+
+    def between_rounds(self) -> None:
+        pass
 
     def close(self) -> None:
-        with self._lock:
-            self._items = iter(())
+        self.stopped = True
+
+
+class _GenerateGate:
+    """Generate calls share it; `between_rounds` work holds it alone (a waiting writer goes first,
+    so a new version is loaded at the next round boundary of every slot group)."""
+
+    def __init__(self) -> None:
+        self._cv = threading.Condition()
+        self._readers = 0
+        self._writer_waiting = 0
+        self._writing = False
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cv:
+            while self._writing or self._writer_waiting:
+                self._cv.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._readers -= 1
+                self._cv.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cv:
+            self._writer_waiting += 1
+            while self._writing or self._readers:
+                self._cv.wait()
+            self._writer_waiting -= 1
+            self._writing = True
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._writing = False
+                self._cv.notify_all()
 
 
 def _outcome(obs: Any) -> str | None:
@@ -122,25 +210,39 @@ class RolloutRunner:
         Results are in episode order; sampling seeds depend on (episode, turn) only, so the
         schedule (how many slots, which slot) does not change them.
         """
-        jobs = [(gid, seed) for gid, seed in group_seeds for _ in range(group_size)]
-        episodes = [Episode(group_id=gid, policy_version=version) for gid, _ in jobs]
+        jobs = self.jobs(group_seeds, group_size, version, sample_seed)
+        self.stream(_Queue(jobs), max_slots=len(jobs))
+        return [job.episode for job in jobs]
+
+    @staticmethod
+    def jobs(group_seeds: Sequence[tuple[int, int]], group_size: int, version: int, sample_seed: int, batch: int = 0) -> list[Job]:
+        """The episodes of one batch, in order: `group_size` per (group_id, deal_seed)."""
+        deals = [(gid, seed) for gid, seed in group_seeds for _ in range(group_size)]
+        return [
+            Job(Episode(group_id=gid, policy_version=version), seed, sample_seed * 1009 + j, batch) for j, (gid, seed) in enumerate(deals)
+        ]
+
+    def stream(self, source: JobSource, max_slots: int | None = None) -> None:
+        """Play episodes from `source` on all the fleet's slots (split into `slot_groups`, each
+        its own thread) until it is done or stopped; `last_timing` then holds this call's
+        generate/env seconds (`timing()` reads them while it runs)."""
         self._timing = {"generate_s": 0.0, "env_s": 0.0}
         self._lock = threading.Lock()
-        waiting = _Shared(enumerate(jobs))
-        slots = list(range(min(self.fleet.num_slots, len(jobs))))
+        self._gate = _GenerateGate()
+        slots = list(range(min(self.fleet.num_slots, max_slots or self.fleet.num_slots)))
         k = max(1, min(self.slot_groups, len(slots)))
         groups = [slots[len(slots) * g // k : len(slots) * (g + 1) // k] for g in range(k)]
         if k == 1:
-            self._play(groups[0], waiting, episodes, sample_seed)
-        else:  # each group streams episodes from the shared queue; seeds do not depend on which group
+            self._play(groups[0], source)
+        else:  # each group streams episodes from the shared source; seeds do not depend on which group
             errors: list[BaseException] = []
 
             def play(group: list[int]) -> None:
                 try:
-                    self._play(group, waiting, episodes, sample_seed)
+                    self._play(group, source)
                 except BaseException as err:  # re-raised in the caller's thread below
                     errors.append(err)
-                    waiting.close()
+                    source.stopped = True
 
             threads = [threading.Thread(target=play, args=(g,), name=f"rlsvc-slots-{i}", daemon=True) for i, g in enumerate(groups)]
             for t in threads:
@@ -149,64 +251,69 @@ class RolloutRunner:
                 t.join()
             if errors:
                 raise errors[0]
-        self.last_timing = self._timing
-        return episodes
+        self.last_timing = self.timing()
 
-    def _play(self, free: list[int], waiting: Iterator[tuple[int, tuple[int, int]]], episodes: list[Episode], sample_seed: int) -> None:
-        """Play episodes from `waiting` on the slots `free` until none is left."""
-        running: dict[int, int] = {}  # slot -> job
+    def timing(self) -> dict[str, float]:
+        """Generate/env seconds of the running (or last) `stream`, so far."""
+        with self._lock:
+            return dict(self._timing)
+
+    def _play(self, slots: list[int], source: JobSource) -> None:
+        """Play episodes from `source` on `slots` until it has none left (or is stopped)."""
+        running: dict[int, Job] = {}  # slot -> its episode
         obs: dict[int, Any] = {}  # slot -> the observation its episode acts on next
         observe = self.codec.observe
-        while True:
-            self._start(free, waiting, running, obs, episodes)
+        while not source.stopped:
+            if source.update_pending():  # e.g. newer weights: loaded between two generate calls
+                with self._gate.exclusive():
+                    source.between_rounds()
+            self._start([s for s in slots if s not in running], source, running, obs)
             if not running:
-                return
-            live, prompts, new_tokens = self._prompts(running, obs, episodes)
-            if not live:  # every live episode ran out of room: start the next ones
-                free = list(running)
-                running.clear()
-                continue
-            seeds = [sample_seed * 1009 + len(episodes[running[s]].prompts) * 100_003 + running[s] for s in live]
-            outs = self._timed("generate_s", self.generator.generate, prompts, seeds)
-            free, to_step, actions = [], [], []
-            for s, prompt, out in zip(live, new_tokens, outs):
-                ep = episodes[running[s]]
-                ep.prompts.append(prompt)
-                ep.responses.append(list(out["token_ids"]))
-                ep.logprobs.append(list(out["logprobs"]))
-                ep.texts.append(out["text"])
-                ep.observations.append(observe(obs[s]))
-                action = self.codec.parse(out["text"])
-                if action is None:
-                    ep.invalid, ep.outcome = True, "invalid"
-                    free.append(s)
-                else:
-                    to_step.append(s)
-                    actions.append(action)
-            new_obs = self._timed("env_s", self.fleet.step, to_step, actions) if to_step else []
-            for s, o in zip(to_step, new_obs):
-                ep = episodes[running[s]]
-                if o.done:
-                    self._finish(ep, o)
-                elif len(ep.prompts) >= self.max_turns:
-                    ep.outcome = "truncated"
-                else:
-                    obs[s] = o
+                if source.wait():
                     continue
-                free.append(s)
-            free += [s for s in running if s not in live]  # cut for length by `_prompts`
-            for s in free:
-                del running[s]
+                return
+            live, prompts, new_tokens = self._prompts(running, obs)
+            done = [s for s in running if s not in live]  # out of room: cut by `_prompts`
+            if live:
+                seeds = [running[s].seed_base + len(running[s].episode.prompts) * 100_003 for s in live]
+                with self._gate.shared():
+                    outs = self._timed("generate_s", self.generator.generate, prompts, seeds)
+                to_step, actions = [], []
+                for s, prompt, out in zip(live, new_tokens, outs):
+                    ep = running[s].episode
+                    ep.prompts.append(prompt)
+                    ep.responses.append(list(out["token_ids"]))
+                    ep.logprobs.append(list(out["logprobs"]))
+                    ep.texts.append(out["text"])
+                    ep.observations.append(observe(obs[s]))
+                    action = self.codec.parse(out["text"])
+                    if action is None:
+                        ep.invalid, ep.outcome = True, "invalid"
+                        done.append(s)
+                    else:
+                        to_step.append(s)
+                        actions.append(action)
+                new_obs = self._timed("env_s", self.fleet.step, to_step, actions) if to_step else []
+                for s, o in zip(to_step, new_obs):
+                    ep = running[s].episode
+                    if o.done:
+                        self._finish(ep, o)
+                    elif len(ep.prompts) >= self.max_turns:
+                        ep.outcome = "truncated"
+                    else:
+                        obs[s] = o
+                        continue
+                    done.append(s)
+            for s in done:
+                source.finished(running.pop(s))
 
-    def _prompts(
-        self, running: dict[int, int], obs: dict[int, Any], episodes: list[Episode]
-    ) -> tuple[list[int], list[list[int]], list[list[int]]]:
+    def _prompts(self, running: dict[int, Job], obs: dict[int, Any]) -> tuple[list[int], list[list[int]], list[list[int]]]:
         """(slots to generate for, their full prompts, the tokens each adds to its episode). With
         `context=episode` a later turn's prompt is the episode's sequence so far plus the reply;
         an episode with no room left to answer ends here, `truncated`."""
         live, prompts, new = [], [], []
         for s in sorted(running):
-            ep = episodes[running[s]]
+            ep = running[s].episode
             if self.context == "episode" and ep.prompts:
                 ep.continued = True
                 sequence = ep.sequence()
@@ -224,27 +331,22 @@ class RolloutRunner:
                 new.append(prompt)
         return live, prompts, new
 
-    def _start(
-        self,
-        free: list[int],
-        waiting: Iterator[tuple[int, tuple[int, int]]],
-        running: dict[int, int],
-        obs: dict[int, Any],
-        episodes: list[Episode],
-    ) -> None:
-        """Begin the next waiting episodes on the free slots (one reset call per round)."""
+    def _start(self, free: list[int], source: JobSource, running: dict[int, Job], obs: dict[int, Any]) -> None:
+        """Begin the next episodes the source lets start on the free slots (one reset call per round)."""
         while free:
-            batch = list(zip(free, waiting))  # stops at whichever runs out first
-            if not batch:
+            jobs = source.take(len(free))
+            if not jobs:
                 return
-            results = self._timed("env_s", self.fleet.reset, [s for s, _ in batch], [seed for _, (_, (_, seed)) in batch])
+            batch = list(zip(free, jobs))
+            results = self._timed("env_s", self.fleet.reset, [s for s, _ in batch], [job.deal_seed for job in jobs])
             free = []
-            for (s, (j, _)), o in zip(batch, results):
+            for (s, job), o in zip(batch, results):
                 if o.done:  # an environment may end an episode at reset
-                    self._finish(episodes[j], o)
+                    self._finish(job.episode, o)
+                    source.finished(job)
                     free.append(s)
                 else:
-                    running[s], obs[s] = j, o
+                    running[s], obs[s] = job, o
 
     def _timed(self, phase: str, fn: Callable[..., list[Any]], *args: Any) -> list[Any]:
         t0 = time.perf_counter()

@@ -96,6 +96,12 @@ class BlackjackTask(Task):
         table = {tuple(s): self.parse(answers[i]) for s, i in zip(states, picks)}
         return evaluate(TablePolicy(table), episodes, seed, then_stick_at=self.then_stick_at)["mean_return"]
 
+    def prepare_validation(self, episodes: int, seed: int) -> None:
+        """Deal the validation hands (0.7 s for 20000 in Python); kept for every `validate`."""
+        from rlsvc.eval import deal_paths
+
+        deal_paths(episodes, seed)
+
     def reference_returns(self, episodes: int, seed: int) -> dict[str, float]:
         """The optimal policy, stick-at-17 and always-stand, each played as a table like `validate`."""
         from rlsvc.envs.blackjack import optimal_policy, stick_at
