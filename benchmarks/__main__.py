@@ -109,9 +109,9 @@ SUITE = [
         "trl",
         "rlsvc vs TRL GRPOTrainer on single-turn BlackJack",
         "vs_trl",
-        ["--steps", "60"],
-        ["--steps", "4", "--prompts", "8", "--eval-every", "2", "--val-episodes", "500", "--final-episodes", "500"],
-        600,
+        ["--pairs", "3", "--steps", "60"],
+        ["--pairs", "1", "--steps", "4", "--prompts", "8", "--eval-every", "2", "--val-episodes", "500", "--final-episodes", "500"],
+        1200,
     ),
     Bench(
         "scaling",
@@ -151,9 +151,18 @@ def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
     trl = results.get("trl", {}).get("data")
     out.append(
         (
-            "samples/s >= 2x TRL GRPOTrainer",
-            f"{trl['samples_per_s_ratio']:.2f}x" if trl else "not measured",
-            trl["samples_per_s_ratio"] >= 2 if trl else None,
+            "samples/s >= 1.2x TRL GRPOTrainer, tiny single-turn BlackJack (alternating rounds, median)",
+            (
+                f"{trl['samples_per_s_ratio']:.2f}x"
+                + (
+                    f" ({trl['samples_per_s_ratio_spread']['min']:.2f}-{trl['samples_per_s_ratio_spread']['max']:.2f})"
+                    if "samples_per_s_ratio_spread" in trl
+                    else ""
+                )
+            )
+            if trl
+            else "not measured",
+            trl["samples_per_s_ratio"] >= 1.2 if trl else None,
         )
     )
     anatomy = results.get("anatomy", {}).get("data")

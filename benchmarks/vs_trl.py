@@ -22,9 +22,12 @@ to target is the training time (validation excluded) until that score first reac
 `--target` (by default what stick-at-17's first decision scores there: the policy has learnt
 when it decides as well as that rule). Samples/s: completions per second of training (start-up and validation
 excluded). The final greedy return is scored on 20,000 other deals. Each side has the whole
-machine in turn.
+machine in turn, and the sides alternate (benchmarks/pairs.py): `--pairs` rounds of one run
+each, in the order rlsvc sync, rlsvc async, TRL, then reversed, and so on; each round gives one
+ratio (the faster rlsvc mode's samples/s over TRL's), reported as the median with its min-max.
+TRL starts from the weights of the first rlsvc run's warm start (all rlsvc runs warm-start alike).
 
-    python -m benchmarks.vs_trl [--steps 60] [--target R]
+    python -m benchmarks.vs_trl [--pairs 3] [--steps 60] [--target R]
 
 Results: a Markdown table on stdout and benchmarks/results/vs_trl.json.
 """
@@ -33,12 +36,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import run_job
+from benchmarks.pairs import spread
 
 RESULTS = RESULTS_DIR / "vs_trl.json"
 THEN_STICK_AT = 17
@@ -47,6 +52,7 @@ RLSVC_MODES = {
     "rlsvc (sync)": ["rollout.asynchronous=false", "buffer.max_staleness=0"],
     "rlsvc (async, max_staleness=1)": ["rollout.asynchronous=true", "buffer.max_staleness=1"],
 }
+TRL = "TRL GRPOTrainer"
 
 
 def time_to_target(times: list[float], values: list[float], target: float) -> float | None:
@@ -224,6 +230,7 @@ def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=3, help="rounds of one run per side, the order reversed every round")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--prompts", type=int, default=64, help="prompts (groups) per step")
     ap.add_argument("--group-size", type=int, default=8)
@@ -247,21 +254,43 @@ def main() -> None:
     stick_return = evaluate(stick, args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
     if args.target is None:
         args.target = stick_return
-    rows: dict[str, dict] = {}
+    sides = [*RLSVC_MODES, TRL]
+    runs: dict[str, list[dict]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory(prefix="rlsvc-vs-trl-") as tmp:
         out = Path(tmp)
-        for i, (name, mode) in enumerate(RLSVC_MODES.items()):
-            rows[name], run_dir = run_rlsvc(args, out, f"vs-trl-rlsvc-{i}", mode)
-        start_policy_folder(run_dir, out / "start")
-        start_return = evaluate(load_policy(out / "start"), args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
-        trl = rows["TRL GRPOTrainer"] = run_trl(args, out / "start", out)
+        for i in range(args.pairs):
+            for name in sides if i % 2 == 0 else sides[::-1]:  # round 0 runs rlsvc first: TRL starts from its weights
+                if name == TRL:
+                    (out / f"trl{i}").mkdir()
+                    runs[name].append(run_trl(args, out / "start", out / f"trl{i}"))
+                else:
+                    row, run_dir = run_rlsvc(args, out, f"vs-trl-rlsvc-{sides.index(name)}-{i}", RLSVC_MODES[name])
+                    runs[name].append(row)
+                    if not (out / "start").exists():
+                        start_policy_folder(run_dir, out / "start")
+                        start_return = evaluate(load_policy(out / "start"), args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)[
+                            "mean_return"
+                        ]
+                print(f"round {i}: {name} {runs[name][-1]['samples_per_s']:.0f} samples/s", flush=True)
+    for side in runs.values():
+        for run in side:
+            run["time_to_target_s"] = time_to_target(run["val_times"], run["val_returns"], args.target)
+    # a side's row: its first run's curve, with every run's samples/s and times to target
+    rows = {
+        name: {**side[0], "samples_per_s": statistics.median(r["samples_per_s"] for r in side), "runs": side} for name, side in runs.items()
+    }
     for row in rows.values():
-        row["time_to_target_s"] = time_to_target(row["val_times"], row["val_returns"], args.target)
+        reached = [r["time_to_target_s"] for r in row["runs"] if r["time_to_target_s"] is not None]
+        row["time_to_target_s"] = statistics.median(reached) if reached else None
+        row["reached"] = len(reached)
+        row["samples_per_s_spread"] = spread([r["samples_per_s"] for r in row["runs"]])
+    per_round = [max(runs[m][i]["samples_per_s"] for m in RLSVC_MODES) / runs[TRL][i]["samples_per_s"] for i in range(args.pairs)]
+    trl = rows[TRL]
     ours = [rows[name] for name in RLSVC_MODES]
-    fastest = max(ours, key=lambda r: r["samples_per_s"])
     reached = [r["time_to_target_s"] for r in ours if r["time_to_target_s"] is not None]
     summary = {
-        "samples_per_s_ratio": fastest["samples_per_s"] / trl["samples_per_s"],
+        "samples_per_s_ratio": statistics.median(per_round),
+        "samples_per_s_ratio_spread": spread(per_round),
         "start_val_return": start_return,
         "stick_at_17_val_return": stick_return,
         "time_to_target_ratio": trl["time_to_target_s"] / min(reached) if reached and trl["time_to_target_s"] else None,
@@ -286,13 +315,22 @@ def markdown(data: dict) -> str:
         f"final greedy return ({args['final_episodes']} deals) |",
         "|---|---|---|---|---|",
     ]
+    pairs = args.get("pairs", 1)
     for name, r in rows.items():
-        last = f"{r['val_returns'][-1]:+.3f}" if r["val_returns"] else "-"
-        lines.append(f"| {name} | {r['samples_per_s']:.0f} | {fmt(r['time_to_target_s'])} | {last} | {r['final_return']:+.4f} |")
+        runs = r.get("runs", [r])
+        last = "/".join(f"{x['val_returns'][-1]:+.3f}" for x in runs if x["val_returns"]) or "-"
+        final = "/".join(f"{x['final_return']:+.4f}" for x in runs)
+        rate = f"{r['samples_per_s']:.0f}" + (
+            f" ({r['samples_per_s_spread']['min']:.0f}-{r['samples_per_s_spread']['max']:.0f})" if pairs > 1 else ""
+        )
+        reach = fmt(r["time_to_target_s"]) + (
+            f", {r['reached']} of {len(runs)} runs" if pairs > 1 and r["time_to_target_s"] is not None else ""
+        )
+        lines.append(f"| {name} | {rate} | {reach} | {last} | {final} |")
     names = list(rows)
     lines += [
         "",
-        "validated greedy return (training seconds) after each validation:",
+        "validated greedy return (training seconds) after each validation" + (", first round:" if pairs > 1 else ":"),
         "",
         "| step | " + " | ".join(names) + " |",
         "|---|" + "---|" * len(names),
@@ -313,7 +351,9 @@ def markdown(data: dict) -> str:
         )
     else:
         reach = "no rlsvc mode reached the target"
-    lines.append(f"\nfaster rlsvc mode / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x**; {reach}")
+    ratio_spread = data.get("samples_per_s_ratio_spread")
+    spread_note = f" ({ratio_spread['min']:.2f}-{ratio_spread['max']:.2f}, median of {pairs} rounds)" if ratio_spread and pairs > 1 else ""
+    lines.append(f"\nfaster rlsvc mode / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x**{spread_note}; {reach}")
     return "\n".join(lines)
 
 

@@ -69,3 +69,17 @@ def test_a_table_policy_scores_exactly_as_playing_every_game(then_stick_at):
         for table in tables:
             fast = evaluate(TablePolicy(table), 1500, seed, then_stick_at=then_stick_at)
             assert fast == evaluate(GameByGame(table), 1500, seed, then_stick_at=then_stick_at)
+
+
+def test_prepare_validation_deals_the_validation_hands_once_for_every_validate():
+    """The job calls `Task.prepare_validation` in a start-up thread; BlackJack's deals the
+    validation hands there, and `validate` then plays on those very paths."""
+    from rlsvc import eval as rlsvc_eval
+    from rlsvc.eval import deal_paths
+    from rlsvc.tasks.blackjack import BlackjackTask
+
+    assert (700, 31337) not in rlsvc_eval._PATHS
+    BlackjackTask().prepare_validation(700, 31337)
+    assert (700, 31337) in rlsvc_eval._PATHS
+    paths = deal_paths(700, 31337)
+    assert deal_paths(700, 31337) is paths and paths.states.shape[0] == 700
