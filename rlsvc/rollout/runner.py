@@ -7,6 +7,7 @@ It depends only on two small interfaces, so it runs the same over Ray actor hand
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import itertools
 import threading
@@ -229,28 +230,32 @@ class RolloutRunner:
         self._timing = {"generate_s": 0.0, "env_s": 0.0}
         self._lock = threading.Lock()
         self._gate = _GenerateGate()
+        self._loader = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlsvc-load-weights")
         slots = list(range(min(self.fleet.num_slots, max_slots or self.fleet.num_slots)))
         k = max(1, min(self.slot_groups, len(slots)))
         groups = [slots[len(slots) * g // k : len(slots) * (g + 1) // k] for g in range(k)]
-        if k == 1:
-            self._play(groups[0], source)
-        else:  # each group streams episodes from the shared source; seeds do not depend on which group
-            errors: list[BaseException] = []
+        try:
+            if k == 1:
+                self._play(groups[0], source)
+            else:  # each group streams episodes from the shared source; seeds do not depend on which group
+                errors: list[BaseException] = []
 
-            def play(group: list[int]) -> None:
-                try:
-                    self._play(group, source)
-                except BaseException as err:  # re-raised in the caller's thread below
-                    errors.append(err)
-                    source.stopped = True
+                def play(group: list[int]) -> None:
+                    try:
+                        self._play(group, source)
+                    except BaseException as err:  # re-raised in the caller's thread below
+                        errors.append(err)
+                        source.stopped = True
 
-            threads = [threading.Thread(target=play, args=(g,), name=f"rlsvc-slots-{i}", daemon=True) for i, g in enumerate(groups)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            if errors:
-                raise errors[0]
+                threads = [threading.Thread(target=play, args=(g,), name=f"rlsvc-slots-{i}", daemon=True) for i, g in enumerate(groups)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
+                if errors:
+                    raise errors[0]
+        finally:
+            self._loader.shutdown(wait=True)
         self.last_timing = self.timing()
 
     def timing(self) -> dict[str, float]:
@@ -293,7 +298,14 @@ class RolloutRunner:
                     else:
                         to_step.append(s)
                         actions.append(action)
-                new_obs = self._timed("env_s", self.fleet.step, to_step, actions) if to_step else []
+                # newer weights that came during the generate call load while the env steps: the
+                # load needs no env, and the next round then starts with them
+                loading = self._load_beside(source)
+                try:
+                    new_obs = self._timed("env_s", self.fleet.step, to_step, actions) if to_step else []
+                finally:
+                    if loading is not None:
+                        loading.result()
                 for s, o in zip(to_step, new_obs):
                     ep = running[s].episode
                     if o.done:
@@ -330,6 +342,17 @@ class RolloutRunner:
                 prompts.append(prompt)
                 new.append(prompt)
         return live, prompts, new
+
+    def _load_beside(self, source: JobSource) -> concurrent.futures.Future | None:
+        """`source.between_rounds()` in a thread (holding the gate alone), if it has work."""
+        if not source.update_pending():
+            return None
+
+        def load() -> None:
+            with self._gate.exclusive():
+                source.between_rounds()
+
+        return self._loader.submit(load)
 
     def _start(self, free: list[int], source: JobSource, running: dict[int, Job], obs: dict[int, Any]) -> None:
         """Begin the next episodes the source lets start on the free slots (one reset call per round)."""
