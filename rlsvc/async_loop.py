@@ -83,10 +83,14 @@ class RolloutProducer:
             raise RuntimeError("the rollout producer failed") from item
         return item
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask the producer thread to end (without waiting for it)."""
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+
+    def stop(self) -> None:
+        self.request_stop()
         self._thread.join(timeout=600)
 
     @property
@@ -157,12 +161,8 @@ class BatchStream:
     def stopped(self) -> bool:
         return self.producer.stopped
 
-    @stopped.setter
-    def stopped(self, value: bool) -> None:  # a slot group failed: the others stop too
-        if value:
-            with self.producer._cv:
-                self.producer._stop = True
-                self.producer._cv.notify_all()
+    def stop(self) -> None:  # a slot group failed: the others stop too
+        self.producer.request_stop()
 
     def take(self, n: int) -> list[Job]:
         out: list[Job] = []

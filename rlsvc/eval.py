@@ -213,7 +213,6 @@ _PATHS_LOCK = threading.Lock()  # a job deals them in a start-up thread (Task.pr
 
 def deal_paths(episodes: int, seed: int) -> DealPaths:
     """The paths of the deals (episodes, seed), kept for the process's next evaluation on them."""
-
     with _PATHS_LOCK:
         return _deal_paths(episodes, seed)
 

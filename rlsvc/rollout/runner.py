@@ -83,7 +83,10 @@ class Job:
 class JobSource(Protocol):
     """Where the slots take their next episodes from (`RolloutRunner.stream`)."""
 
-    stopped: bool
+    @property
+    def stopped(self) -> bool:
+        """Done for good: the slot groups return at their next round."""
+        ...
 
     def take(self, n: int) -> list[Job]:
         """Up to `n` episodes that may start now; never blocks."""
@@ -106,9 +109,13 @@ class JobSource(Protocol):
         """Run while no generate call is in flight (e.g. load newer weights into the engines)."""
         ...
 
+    def stop(self) -> None:
+        """End it for every slot group (one of them failed)."""
+        ...
+
 
 class _Queue:
-    """A fixed list of jobs several slot groups take from, each once; `close` ends it for all."""
+    """A fixed list of jobs several slot groups take from, each once; `stop` ends it for all."""
 
     def __init__(self, jobs: list[Job]) -> None:
         self._jobs = iter(jobs)
@@ -131,7 +138,7 @@ class _Queue:
     def between_rounds(self) -> None:
         pass
 
-    def close(self) -> None:
+    def stop(self) -> None:
         self.stopped = True
 
 
@@ -245,7 +252,7 @@ class RolloutRunner:
                         self._play(group, source)
                     except BaseException as err:  # re-raised in the caller's thread below
                         errors.append(err)
-                        source.stopped = True
+                        source.stop()
 
                 threads = [threading.Thread(target=play, args=(g,), name=f"rlsvc-slots-{i}", daemon=True) for i, g in enumerate(groups)]
                 for t in threads:
