@@ -88,12 +88,8 @@ class LocalBuffer:
     def __init__(self, buffer: Any) -> None:
         self.buffer = buffer
 
-    def add(self, episodes: list) -> int:
-        self.buffer.add(episodes)
-        return len(self.buffer)
-
-    def sample(self, n: int) -> list:
-        return self.buffer.sample(n)
+    def add_and_sample(self, episodes: list, n: int) -> tuple[int, list]:
+        return self.buffer.add_and_sample(episodes, n)
 
 
 class LocalSync:

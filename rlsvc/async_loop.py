@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from rlsvc.buffer.replay import Episode
 from rlsvc.cluster.errors import ActorDied
-from rlsvc.loop import GRPOLoop
+from rlsvc.loop import GRPOLoop, ScoredBatch
 from rlsvc.rollout.runner import Job, RolloutWorkerLost
 from rlsvc.weight_sync.base import Staged
 
@@ -49,17 +49,21 @@ class PlayedBatch:
     rollout_s: float
     apply: dict[str, float] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)  # the runner's generate_s / env_s
+    scored: ScoredBatch | None = None
+    """Rewards and advantages, filled by the producer's scorer thread."""
 
 
 class RolloutProducer:
     """The producer thread: streams batches through the runner (a `BatchStream`), applying newer
-    staged weights between rounds."""
+    staged weights between rounds. Its scorer thread scores each batch as it completes (the
+    reward actor's call and the group advantages), so the trainer's step starts at the buffer."""
 
     def __init__(self, loop: GRPOLoop, first_batch: int, engine_version: int) -> None:
         self.loop = loop
         self.k = loop.cfg.buffer.max_staleness
         self.engine_version = engine_version
-        self.batches: queue.Queue[PlayedBatch | BaseException] = queue.Queue()
+        self.batches: queue.Queue[PlayedBatch | BaseException] = queue.Queue()  # scored, for the trainer
+        self.played: queue.Queue[PlayedBatch] = queue.Queue()  # for the scorer
         # held while weights are applied; the trainer stages under it, so a transport's staged
         # buffer is never rewritten while workers read it
         self.apply_lock = threading.Lock()
@@ -68,7 +72,9 @@ class RolloutProducer:
         self._stop = False
         self.idle_s = 0.0
         self._thread = threading.Thread(target=self._run, args=(first_batch,), name="rlsvc-rollouts", daemon=True)
+        self._scorer = threading.Thread(target=self._score, name="rlsvc-scorer", daemon=True)
         self._thread.start()
+        self._scorer.start()
 
     def publish(self, staged: Staged) -> None:
         with self._cv:
@@ -92,6 +98,7 @@ class RolloutProducer:
     def stop(self) -> None:
         self.request_stop()
         self._thread.join(timeout=600)
+        self._scorer.join(timeout=600)
 
     @property
     def stopped(self) -> bool:
@@ -129,6 +136,20 @@ class RolloutProducer:
             self.loop.runner.stream(BatchStream(self, first_batch))
         except BaseException as err:  # surfaced to the trainer thread by next_batch()
             self.batches.put(err)
+
+    def _score(self) -> None:
+        """Batches in the order they complete: scored, then handed to the trainer."""
+        while not self._stop:
+            try:
+                batch = self.played.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            try:
+                batch.scored = self.loop.score_batch(batch.episodes)
+            except BaseException as err:  # surfaced to the trainer thread by next_batch()
+                self.batches.put(err)
+                return
+            self.batches.put(batch)
 
 
 @dataclass
@@ -200,7 +221,7 @@ class BatchStream:
                     {k: v - self._timing_mark.get(k, 0.0) for k, v in timing.items()},  # since the last batch handed over
                 )
                 self._applied, self._timing_mark = {}, timing
-                self.producer.batches.put(played)
+                self.producer.played.put(played)
                 self._next_done += 1
 
     def wait(self) -> bool:
@@ -237,7 +258,8 @@ class AsyncGRPOLoop(GRPOLoop):
         if batch.index != step:
             raise RuntimeError(f"trainer step {step} got batch {batch.index}")
         t_got = time.perf_counter()
-        metrics = self.learn(batch.episodes)
+        assert batch.scored is not None
+        metrics = self.learn_scored(batch.scored)
         t_learn = time.perf_counter()
         with producer.apply_lock:
             staged = self.sync.stage(self.version)

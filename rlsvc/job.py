@@ -134,6 +134,7 @@ def train(
         t0 = time.perf_counter()
         # an object store gets the run's files first: the ledger must reach at least as far as
         # the newest complete checkpoint (a resume rewinds the steps it has past that)
+        tracker.flush()  # every step up to this checkpoint is in the run: a resume continues from it
         folder.sync()
         save_checkpoint(
             folder.checkpoints,
@@ -186,7 +187,7 @@ def train(
                 last, episodes = loop.step(step)
                 ledger(step=step + 1, groups=loop.trained_groups)
                 last["time/since_start_s"] = time.time() - started
-                tracker.log_metrics(last, step=step + 1)
+                tracker.log_metrics(last, step=step + 1, wait=False)
                 ray_metrics.record(last, len(episodes), restarts)
                 if step in (0, cfg.run.steps - 1) or step % 25 == 0:
                     write_transcripts(transcripts, step, episodes, cfg.tracking.transcripts)

@@ -141,6 +141,18 @@ def choose_greedy(
 
 
 @dataclass
+class ScoredBatch:
+    """A played batch after the reward step: what the trainer's side of a step starts from."""
+
+    played: list[Episode]
+    """Every episode played, for the step's metrics."""
+    episodes: list[Episode]
+    """The scored ones of complete groups, with advantages: what goes to the buffer."""
+    faults: dict[str, float]
+    score_s: float
+
+
+@dataclass
 class GRPOLoop:
     cfg: Config
     svc: Services
@@ -271,28 +283,37 @@ class GRPOLoop:
     def learn(self, episodes: list[Episode]) -> dict[str, float]:
         """docs/design.md, steps 3-6: rewards, group advantages, buffer, reference, one optimiser step
         (self.version moves on by one)."""
-        cfg, svc = self.cfg, self.svc
-        B, G = cfg.grpo.groups_per_step, cfg.grpo.group_size
+        return self.learn_scored(self.score_batch(episodes))
+
+    def score_batch(self, played: list[Episode]) -> ScoredBatch:
+        """docs/design.md, steps 3-4: rewards (the reward actor) and group advantages; groups
+        with an episode that could not be played or scored are left out. The asynchronous loop
+        runs this beside the trainer as each batch completes."""
         t0 = time.perf_counter()
-        played = episodes
+        svc = self.svc
         env_failures = sum(ep.failed for ep in played)
         episodes, dropped = drop_failed_groups(played)
         episodes, dropped_scoring, reward_errors = score(svc.reward_client, episodes)
-        dropped += dropped_scoring
         faults = {
-            "groups_dropped": float(dropped),
+            "groups_dropped": float(dropped + dropped_scoring),
             "failed_episodes": float(env_failures),
             "reward_errors": float(reward_errors),
             "env_actor_failures": float(getattr(svc.fleet, "take_failures", lambda: 0)()),
             # the env actors' sessions, cumulative: a remote server that went away shows here
             **{f"env/{k}": float(v) for k, v in getattr(svc.fleet, "session_stats", dict)().items() if k != "open_sessions"},
         }
-        assign_advantages(episodes, G, cfg.grpo.normalize_std)
-        buffer = svc.buffer_client
-        depth = buffer.add(episodes)
-        batch_eps = buffer.sample(B * G)
+        assign_advantages(episodes, self.cfg.grpo.group_size, self.cfg.grpo.normalize_std)
+        return ScoredBatch(played, episodes, faults, time.perf_counter() - t0)
+
+    def learn_scored(self, scored: ScoredBatch) -> dict[str, float]:
+        """docs/design.md, steps 5-6: through the buffer, the reference's logprobs, one optimiser
+        step (self.version moves on by one)."""
+        cfg, svc = self.cfg, self.svc
+        B, G = cfg.grpo.groups_per_step, cfg.grpo.group_size
+        played, faults = scored.played, scored.faults
+        t0 = time.perf_counter()
+        depth, batch_eps = svc.buffer_client.add_and_sample(scored.episodes, B * G)
         self.trained_groups = sorted({ep.group_id for ep in batch_eps})  # for the job's ledger (trained.jsonl)
-        depth -= len(batch_eps)
         staleness = [self.version - ep.policy_version for ep in batch_eps]
         t_reward = time.perf_counter()
         if not batch_eps:  # every group failed: nothing to learn from; the version still moves on
@@ -303,7 +324,8 @@ class GRPOLoop:
                 "train_skipped": 1.0,
                 "buffer_depth": float(depth),
                 "policy_version": float(self.version),
-                "time/reward_s": t_reward - t0,
+                "time/score_s": scored.score_s,
+                "time/buffer_s": t_reward - t0,
             }
         batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
 
@@ -327,7 +349,8 @@ class GRPOLoop:
             "rollout_replacements_total": float(self.rollout_replacements),
             "buffer_depth": float(depth),
             "train_skipped": 0.0,
-            "time/reward_s": t_reward - t0,
+            "time/score_s": scored.score_s,
+            "time/buffer_s": t_reward - t0,
             "time/reference_s": t_ref - t_reward,
             "time/train_s": t_train - t_ref,
             "staleness_mean": sum(staleness) / max(len(staleness), 1),
@@ -350,6 +373,6 @@ class GRPOLoop:
         trainers = self.svc.trainer_group
         for minibatch in split_batch(batch, cfg.trainer.minibatches):
             results.append(trainers.train_step(minibatch, **kwargs))
-        out = {k: sum(r[k] for r in results) / len(results) for k in results[0]}
+        out = {k: sum(r[k] for r in results) / (1 if k.startswith("time/") else len(results)) for k in results[0]}  # times add up
         out["nonfinite_skipped"] = max(r["nonfinite_skipped"] for r in results)  # any skipped update marks the step
         return out

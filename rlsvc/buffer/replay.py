@@ -72,6 +72,13 @@ class ReplayBuffer:
         """Take up to `n` of the oldest episodes."""
         return [self._items.popleft() for _ in range(min(n, len(self._items)))]
 
+    def add_and_sample(self, episodes: list[Episode], n: int) -> tuple[int, list[Episode]]:
+        """`add`, then `sample(n)`: (the depth left, the episodes taken). One call, so a buffer
+        behind an actor costs the step one round trip."""
+        self.add(episodes)
+        taken = self.sample(n)
+        return len(self), taken
+
     def snapshot(self) -> dict:
         """Contents and counters, for a checkpoint."""
         return {"items": list(self._items), "dropped_full": self.dropped_full}

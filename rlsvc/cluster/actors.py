@@ -315,12 +315,8 @@ class BufferWorker:
 
         self.buffer = ReplayBuffer(capacity)
 
-    def add(self, episodes: list) -> int:
-        self.buffer.add(episodes)
-        return len(self.buffer)
-
-    def sample(self, n: int) -> list:
-        return self.buffer.sample(n)
+    def add_and_sample(self, episodes: list, n: int) -> tuple[int, list]:
+        return self.buffer.add_and_sample(episodes, n)
 
     def snapshot(self) -> dict:
         return self.buffer.snapshot()

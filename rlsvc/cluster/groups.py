@@ -113,13 +113,9 @@ class ReplayBufferClient:
     def __init__(self, actor: Any) -> None:
         self.actor = actor
 
-    def add(self, episodes: list[Episode]) -> int:
-        """Add scored episodes; returns the buffer's depth."""
-        return ray.get(self.actor.add.remote(episodes))  # type: ignore[no-any-return]
-
-    def sample(self, n: int) -> list[Episode]:
-        """Take up to `n` of the oldest episodes."""
-        return ray.get(self.actor.sample.remote(n))  # type: ignore[no-any-return]
+    def add_and_sample(self, episodes: list[Episode], n: int) -> tuple[int, list[Episode]]:
+        """Add scored episodes and take the oldest `n`, in one round trip: (depth left, taken)."""
+        return ray.get(self.actor.add_and_sample.remote(episodes, n))  # type: ignore[no-any-return]
 
     def snapshot(self) -> dict:
         return ray.get(self.actor.snapshot.remote())  # type: ignore[no-any-return]

@@ -12,7 +12,7 @@ on one cluster stay apart.
 | rlsvc_staleness | gauge | role=buffer, stat=mean/max | policy versions between acting and learning |
 | rlsvc_buffer_depth | gauge | role=buffer | episodes left in the replay buffer after sampling |
 | rlsvc_weight_sync_seconds | gauge | role=trainer, phase, transport | seconds per weight-sync phase |
-| rlsvc_step_phase_seconds | gauge | role=driver, phase | rollout, reward, reference, train, sync and whole-step seconds |
+| rlsvc_step_phase_seconds | gauge | role=driver, phase | rollout, reward, buffer, reference, train, sync and whole-step seconds |
 | rlsvc_env_errors_total | counter | role=env | episodes whose environment failed (their groups were left out) |
 | rlsvc_episodes_total | counter | role=driver | episodes played |
 | rlsvc_validation_return | gauge | role=driver | greedy return of the policy at the last validation |
@@ -28,7 +28,8 @@ from typing import Any
 # MLflow metric -> step phase
 PHASES = {
     "time/rollout_s": "rollout",
-    "time/reward_s": "reward",
+    "time/score_s": "reward",
+    "time/buffer_s": "buffer",
     "time/reference_s": "reference",
     "time/train_s": "train",
     "time/sync_s": "sync",

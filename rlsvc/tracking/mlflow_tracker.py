@@ -38,6 +38,7 @@ class MlflowTracker:
             exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
             self.run_id = self.client.create_run(exp_id, run_name=run_name).info.run_id
         self._system = None
+        self._pending: list[Any] = []  # asynchronous log_batch operations not waited for yet
         if system_metrics_interval_s:
             # MLflow's own sampler (psutil): CPU, memory, disk and network of the driver's node as
             # system/* metrics, on a background thread until finish()
@@ -53,13 +54,23 @@ class MlflowTracker:
         for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
             self.client.log_batch(self.run_id, params=items[i : i + MAX_PARAMS_PER_BATCH])
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, metrics: dict[str, float], step: int, wait: bool = True) -> None:
+        """`wait=False`: queued to MLflow's asynchronous logging (a database write is about 15 ms
+        a step against a sqlite store, off the training step this way); `flush` waits for them."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
         for i in range(0, len(items), MAX_METRICS_PER_BATCH):
-            self.client.log_batch(self.run_id, metrics=items[i : i + MAX_METRICS_PER_BATCH])
+            op = self.client.log_batch(self.run_id, metrics=items[i : i + MAX_METRICS_PER_BATCH], synchronous=wait)
+            if not wait:
+                self._pending.append(op)
+
+    def flush(self) -> None:
+        """Wait until every metric logged with `wait=False` is in the store."""
+        pending, self._pending = self._pending, []
+        for op in pending:
+            op.wait()
 
     def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
         p = Path(path)
@@ -92,6 +103,7 @@ class MlflowTracker:
 
     def history(self, key: str) -> tuple[list[int], list[float]]:
         """(steps, values) of a metric logged to this run, by step."""
+        self.flush()
         points = sorted(self.client.get_metric_history(self.run_id, key), key=lambda m: m.step)
         return [m.step for m in points], [m.value for m in points]
 
@@ -100,6 +112,7 @@ class MlflowTracker:
             self.client.set_tag(self.run_id, k, v)
 
     def finish(self, status: str = "FINISHED") -> None:
+        self.flush()
         if self._system is not None:
             self._system.finish()
             self._system = None

@@ -20,6 +20,7 @@ Sharding choice:
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,6 +251,7 @@ class TitanTrainer(_PolicyBase):
         `batch["old_logprobs"]` are vLLM's (the behaviour policy). With `tis_cap`, the ratio is
         clipped against `batch["prox_logprobs"]` (the trainer's before this step) and tokens are
         weighted by the truncated ratio prox / behaviour (see `policy_loss`)."""
+        t0 = time.perf_counter()
         mask_all = batch["loss_mask"].to(torch.float32)
         denominator = self._global_denominator(mask_all.to(self.device), normalization)
         n, width = batch["input_ids"].shape
@@ -268,6 +270,7 @@ class TitanTrainer(_PolicyBase):
         totals["logprob_mismatch"] = totals.pop("mismatch_sum") / tokens
         totals["grad_norm"] = grad_norm
         totals["nonfinite_skipped"] = 0.0 if applied else 1.0
+        totals["time/train_compute_s"] = time.perf_counter() - t0
         return totals
 
     def _accumulate(

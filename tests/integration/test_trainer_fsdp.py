@@ -105,6 +105,8 @@ def test_two_rank_fsdp_step_equals_one_rank(tmp_path: Path) -> None:
             torch.testing.assert_close(sd_fsdp[name], ref, atol=1e-4, rtol=1e-4, msg=lambda m, s=step, n=name: f"step {s}: {n}: {m}")
         for rank in ranks:
             for key, value in single["metrics"][step].items():
+                if key.startswith("time/"):  # timings differ run to run
+                    continue
                 assert rank["metrics"][step][key] == pytest.approx(value, rel=1e-4, abs=1e-5), (step, key)
     assert ranks[0]["checksum"] == pytest.approx(single["checksum"], rel=1e-6)
     assert ranks[1]["checksum"] == ranks[0]["checksum"]

@@ -68,12 +68,8 @@ class FakeBuffer:
     def __init__(self, max_staleness: int) -> None:
         self.buffer = ReplayBuffer(1000)
 
-    def add(self, episodes):
-        self.buffer.add(episodes)
-        return len(self.buffer)
-
-    def sample(self, n):
-        return self.buffer.sample(n)
+    def add_and_sample(self, episodes, n):
+        return self.buffer.add_and_sample(episodes, n)
 
 
 class FakeReward:

@@ -16,6 +16,7 @@ from conftest import RulesFleet
 from test_rollout_runner import SeededRandom
 
 from rlsvc.async_loop import RolloutProducer
+from rlsvc.loop import ScoredBatch
 from rlsvc.models.tokenizer import build_tokenizer
 from rlsvc.policy_io import BlackjackCodec
 from rlsvc.rollout.runner import RolloutRunner
@@ -65,6 +66,7 @@ def _loop(runner: RolloutRunner, staleness: int, sync: Sync) -> SimpleNamespace:
         sync=sync,
         groups=lambda b: [(b * GROUPS + g, 500 + b * GROUPS + g) for g in range(GROUPS)],
         sample_seed=lambda b: b * SEED_STRIDE,
+        score_batch=lambda played: ScoredBatch(played, played, {}, 0.0),  # the reward step, in the scorer thread
     )
 
 
@@ -88,6 +90,7 @@ def test_batches_stream_in_order_overlap_and_load_weights_between_rounds():
         for b in range(4):  # the trainer: learn from batch b (at version b), publish version b + 1
             batch = producer.next_batch(timeout_s=60)
             assert batch.index == b and batch.version >= b - 1 and all(e.policy_version == batch.version for e in batch.episodes)
+            assert batch.scored is not None and batch.scored.episodes == batch.episodes
             batches.append(batch)
             producer.publish(_staged(b + 1))
     finally:
