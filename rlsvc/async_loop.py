@@ -63,7 +63,7 @@ class RolloutProducer:
         self.k = loop.cfg.buffer.max_staleness
         self.engine_version = engine_version
         self.batches: queue.Queue[PlayedBatch | BaseException] = queue.Queue()  # scored, for the trainer
-        self.played: queue.Queue[PlayedBatch] = queue.Queue()  # for the scorer
+        self.played: queue.Queue[PlayedBatch | None] = queue.Queue()  # for the scorer; None: stop
         # held while weights are applied; the trainer stages under it, so a transport's staged
         # buffer is never rewritten while workers read it
         self.apply_lock = threading.Lock()
@@ -94,6 +94,7 @@ class RolloutProducer:
         with self._cv:
             self._stop = True
             self._cv.notify_all()
+        self.played.put(None)  # wakes the scorer
 
     def stop(self) -> None:
         self.request_stop()
@@ -139,11 +140,7 @@ class RolloutProducer:
 
     def _score(self) -> None:
         """Batches in the order they complete: scored, then handed to the trainer."""
-        while not self._stop:
-            try:
-                batch = self.played.get(timeout=0.5)
-            except queue.Empty:
-                continue
+        while (batch := self.played.get()) is not None and not self._stop:
             try:
                 batch.scored = self.loop.score_batch(batch.episodes)
             except BaseException as err:  # surfaced to the trainer thread by next_batch()

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from rlsvc.buffer.replay import Episode
-from rlsvc.cluster.placement import planned
+from rlsvc.cluster.placement import GOMP_SPINCOUNT, planned
 from rlsvc.config import load_config
 from rlsvc.loop import NonFiniteGuard, TooManyNonFiniteSteps
 from rlsvc.rewards.rubric import Rubric
@@ -78,3 +78,11 @@ def test_chaos_refuses_bad_arguments_in_one_line():
         [sys.executable, "-m", "rlsvc.chaos", "--address", "127.0.0.1:1", "--every", "0"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and out.stderr.strip() == "rlsvc.chaos: --every and --duration must be > 0"
+
+
+def test_trainer_and_reference_threads_spin_before_sleeping_and_the_others_sleep_at_once():
+    """The policy's passes are many small parallel regions: their OpenMP threads spin briefly
+    (GOMP_SPINCOUNT wins over OMP_WAIT_POLICY); every other actor's sleep at once."""
+    env = {role: p.options(0)["runtime_env"]["env_vars"] for role, p in planned(load_config(None, [])).items()}
+    assert env["trainer"]["GOMP_SPINCOUNT"] == env["reference"]["GOMP_SPINCOUNT"] == GOMP_SPINCOUNT
+    assert all("GOMP_SPINCOUNT" not in e for r, e in env.items() if r not in ("trainer", "reference"))
