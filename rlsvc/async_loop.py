@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 from rlsvc.buffer.replay import Episode
 from rlsvc.cluster.errors import ActorDied
 from rlsvc.loop import GRPOLoop, ScoredBatch
+from rlsvc.models.tokenizer import PAD_ID
 from rlsvc.rollout.runner import Job, RolloutWorkerLost
+from rlsvc.trainer.batch import build_batch
 from rlsvc.weight_sync.base import Staged
 
 
@@ -240,6 +242,20 @@ class AsyncGRPOLoop(GRPOLoop):
     producer: RolloutProducer | None = None
     _last_step_end: float = 0.0
     _idle_mark: float = 0.0
+
+    def score_batch(self, played: list[Episode]) -> ScoredBatch:
+        """Rewards and advantages, then the reference's logprobs of the batch's rows into the
+        reference cache: this runs on the scorer thread, beside the trainer, and the trainer's
+        step then finds every row there (the reference is frozen: which thread asks does not
+        change the answer)."""
+        scored = super().score_batch(played)
+        reference = self.svc.reference_model
+        if reference is not None and scored.episodes:
+            t0 = time.perf_counter()
+            rows = build_batch(scored.episodes, PAD_ID, self.cfg.grpo.normalization)
+            self.reference_cache.logprobs(reference.logprobs, rows["input_ids"], self.allowed, rows["lengths"])
+            scored.score_s += time.perf_counter() - t0
+        return scored
 
     def start(self) -> None:
         """Begin producing; call after the first weights are live in the engines."""

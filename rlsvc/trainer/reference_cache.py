@@ -9,11 +9,13 @@ Only the rows not cached go to the reference model, in one call, deduplicated.
 A cached row's logprobs were computed in another batch, whose padding and micro-batches differ:
 equal to about 1e-7 (float rounding), not bit for bit. The cache holds at most `max_tokens`
 tokens (least recently used rows leave first) and must be cleared when the reference's weights
-change (`clear`).
+change (`clear`). It is thread-safe: the asynchronous loop's scorer thread fills it with each
+batch's rows (`AsyncGRPOLoop.score_batch`) while the trainer thread reads it.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -28,6 +30,7 @@ class ReferenceCache:
         self.max_tokens = max_tokens
         self._rows: OrderedDict[bytes, torch.Tensor] = OrderedDict()  # token ids as int64 bytes -> logprobs
         self._tokens = 0
+        self._lock = threading.RLock()
         self.hits = 0
         """Rows answered from the cache since it was made."""
         self.misses = 0
@@ -35,15 +38,17 @@ class ReferenceCache:
 
     def logprobs(self, compute: Logprobs, input_ids: torch.Tensor, allowed: list[int] | None, lengths: torch.Tensor) -> torch.Tensor:
         """`compute(input_ids, allowed, lengths)`'s [N, T] answer, computing only rows not cached
-        (`allowed` must be the same on every call: it is not part of the key)."""
+        (`allowed` must be the same on every call: it is not part of the key). The lock is not
+        held while `compute` runs, so a lookup never waits for another thread's reference call."""
         n, width = input_ids.shape
         ids = input_ids.to(torch.int64).numpy()
         keys = [ids[i, : int(lengths[i])].tobytes() for i in range(n)]
         found: dict[bytes, torch.Tensor] = {}
-        for k in keys:  # taken out first: adding the new rows below may evict cached ones
-            if k not in found and k in self._rows:
-                self._rows.move_to_end(k)
-                found[k] = self._rows[k]
+        with self._lock:
+            for k in keys:  # taken out first: adding the new rows below may evict cached ones
+                if k not in found and k in self._rows:
+                    self._rows.move_to_end(k)
+                    found[k] = self._rows[k]
         todo = [k for k in dict.fromkeys(keys) if k not in found]
         if todo:
             rows = [torch.frombuffer(bytearray(k), dtype=torch.int64) for k in todo]
@@ -51,25 +56,29 @@ class ReferenceCache:
             for i, r in enumerate(rows):
                 fresh[i, : len(r)] = r
             computed = compute(fresh, allowed, torch.tensor([len(r) for r in rows]))
-            for i, (k, r) in enumerate(zip(todo, rows)):
-                found[k] = computed[i, : len(r)].clone()
-                self._put(k, found[k])
+            with self._lock:
+                for i, (k, r) in enumerate(zip(todo, rows)):
+                    found[k] = computed[i, : len(r)].clone()
+                    self._put(k, found[k])
         out = torch.zeros((n, width), dtype=torch.float32)
         for i, k in enumerate(keys):
             out[i, : len(k) // 8] = found[k]
-        self.misses += len(todo)
-        self.hits += n - len(todo)
+        with self._lock:
+            self.misses += len(todo)
+            self.hits += n - len(todo)
         return out
 
     def clear(self) -> None:
-        self._rows.clear()
-        self._tokens = 0
+        with self._lock:
+            self._rows.clear()
+            self._tokens = 0
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The cached rows, least recently used first, as three flat tensors. A training
         checkpoint saves them: a resumed job then computes exactly the rows the uninterrupted
         one would have, in the same batches, so their steps stay bit-identical."""
-        rows = list(self._rows.items())
+        with self._lock:
+            rows = list(self._rows.items())
         return {
             "token_ids": torch.frombuffer(bytearray(b"".join(k for k, _ in rows)), dtype=torch.int64)
             if rows
@@ -79,10 +88,11 @@ class ReferenceCache:
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.clear()
         ids, logprobs = state["token_ids"].split(state["lengths"].tolist()), state["logprobs"].split(state["lengths"].tolist())
-        for k, v in zip(ids, logprobs, strict=True):
-            self._put(k.numpy().tobytes(), v.clone())
+        with self._lock:
+            self.clear()
+            for k, v in zip(ids, logprobs, strict=True):
+                self._put(k.numpy().tobytes(), v.clone())
 
     def _put(self, key: bytes, row: torch.Tensor) -> None:
         self._rows[key] = row

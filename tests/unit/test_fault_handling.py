@@ -80,9 +80,12 @@ def test_chaos_refuses_bad_arguments_in_one_line():
     assert out.returncode == 2 and out.stderr.strip() == "rlsvc.chaos: --every and --duration must be > 0"
 
 
-def test_trainer_and_reference_threads_spin_before_sleeping_and_the_others_sleep_at_once():
+def test_trainer_and_reference_threads_spin_before_sleeping_in_the_synchronous_loop_only():
     """The policy's passes are many small parallel regions: their OpenMP threads spin briefly
-    (GOMP_SPINCOUNT wins over OMP_WAIT_POLICY); every other actor's sleep at once."""
+    (GOMP_SPINCOUNT wins over OMP_WAIT_POLICY); every other actor's sleep at once, and so do all
+    of them in the asynchronous loop, where rollouts run on the same cores meanwhile."""
     env = {role: p.options(0)["runtime_env"]["env_vars"] for role, p in planned(load_config(None, [])).items()}
     assert env["trainer"]["GOMP_SPINCOUNT"] == env["reference"]["GOMP_SPINCOUNT"] == GOMP_SPINCOUNT
     assert all("GOMP_SPINCOUNT" not in e for r, e in env.items() if r not in ("trainer", "reference"))
+    overlapped = planned(load_config(None, ["rollout.asynchronous=true", "buffer.max_staleness=1"]))
+    assert all("GOMP_SPINCOUNT" not in p.options(0)["runtime_env"]["env_vars"] for p in overlapped.values())

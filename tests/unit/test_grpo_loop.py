@@ -235,3 +235,16 @@ def test_the_asynchronous_loop_runs_on_the_same_fakes():
     assert [m["policy_version"] for m in metrics] == [1.0, 2.0, 3.0] and sync.staged == [1, 2, 3]
     assert all(m["staleness_max"] <= 1 for m in metrics) and len(svc.trainer_group.steps) == 3
     assert sync.applied == sorted(sync.applied) and set(sync.applied) <= {1, 2, 3}
+
+
+def test_the_asynchronous_scorer_fills_the_reference_cache_so_the_trainer_step_asks_nothing():
+    """AsyncGRPOLoop.score_batch (the producer's scorer thread) asks the frozen reference for the
+    batch's rows; the trainer's step then finds them all in the cache, with the same values."""
+    from rlsvc.async_loop import AsyncGRPOLoop
+
+    loop, svc, _ = make_loop(overrides=["buffer.max_staleness=1"], reference=True, loop_cls=AsyncGRPOLoop)
+    scored = loop.score_batch(loop.collect(0, 0))
+    assert svc.reference_model.calls == 1 and loop.reference_cache.misses > 0
+    loop.learn_scored(scored)
+    batch, _ = svc.trainer_group.steps[0]
+    assert svc.reference_model.calls == 1 and torch.all(batch["ref_logprobs"][batch["loss_mask"] > 0] == -0.4)
