@@ -84,14 +84,6 @@ class LocalReward:
         return self.rubric.score_all(episodes)
 
 
-class LocalBuffer:
-    def __init__(self, buffer: Any) -> None:
-        self.buffer = buffer
-
-    def add_and_sample(self, episodes: list, n: int) -> tuple[int, list]:
-        return self.buffer.add_and_sample(episodes, n)
-
-
 class LocalSync:
     """Trainer -> engine: the engine's own in-place load of the trainer's HF-named tensors."""
 
@@ -139,7 +131,7 @@ def run_floor(overrides: list[str], steps: int) -> dict:
                 trainer_group=LocalModel(trainer),
                 reference_model=None,
                 reward_client=LocalReward(task.rubric(cfg.env.invalid_action_penalty)),
-                buffer_client=LocalBuffer(ReplayBuffer(cfg.buffer.capacity)),
+                buffer_client=ReplayBuffer(cfg.buffer.capacity),  # the BufferWorker's own object
             )
             loop = GRPOLoop(cfg, svc, codec, make_sync=lambda: LocalSync(trainer, engine))
             if cfg.model.warm_start_steps:

@@ -57,8 +57,9 @@ class PlayedBatch:
 
 class RolloutProducer:
     """The producer thread: streams batches through the runner (a `BatchStream`), applying newer
-    staged weights between rounds. Its scorer thread scores each batch as it completes (the
-    reward actor's call and the group advantages), so the trainer's step starts at the buffer."""
+    staged weights between rounds. Its scorer thread scores each batch as it completes
+    (`AsyncGRPOLoop.score_batch`: rewards, advantages, the reference's rows into its cache), so
+    the trainer's step starts at the buffer."""
 
     def __init__(self, loop: GRPOLoop, first_batch: int, engine_version: int) -> None:
         self.loop = loop

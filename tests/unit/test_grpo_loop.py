@@ -64,14 +64,6 @@ class FakeReference:
         return torch.full(input_ids.shape, -0.4)
 
 
-class FakeBuffer:
-    def __init__(self, max_staleness: int) -> None:
-        self.buffer = ReplayBuffer(1000)
-
-    def add_and_sample(self, episodes, n):
-        return self.buffer.add_and_sample(episodes, n)
-
-
 class FakeReward:
     """The environment's return as the reward; None (the reward function failed) for the first
     episode of each group in `fail_groups`."""
@@ -125,7 +117,7 @@ def make_loop(overrides=(), lose=None, fail_groups=(), reference=False, loop_cls
         fleet=RulesFleet(num_slots=8, lose=lose),
         trainer_group=FakeTrainerGroup(),
         reference_model=FakeReference() if reference else None,
-        buffer_client=FakeBuffer(cfg.buffer.max_staleness),
+        buffer_client=ReplayBuffer(1000),  # the BufferWorker's own object: add_and_sample
         reward_client=FakeReward(fail_groups),
     )
     sync = FakeSync()
