@@ -109,9 +109,17 @@ SUITE = [
         "trl",
         "rlsvc vs TRL GRPOTrainer on single-turn BlackJack",
         "vs_trl",
-        ["--pairs", "3", "--steps", "60"],
+        ["--pairs", "3", "--steps", "45"],
         ["--pairs", "1", "--steps", "4", "--prompts", "8", "--eval-every", "2", "--val-episodes", "500", "--final-episodes", "500"],
         1200,
+    ),
+    Bench(
+        "trl_rep",
+        "rlsvc vs TRL GRPOTrainer at a representative size: 28M-parameter Qwen3, multi-token answers",
+        "vs_trl_representative",
+        ["--pairs", "2", "--steps", "3"],
+        ["--pairs", "1", "--steps", "2", "--prompts", "2", "--group-size", "4", "--max-tokens", "8", "--layers", "2"],
+        900,
     ),
     Bench(
         "scaling",
@@ -133,6 +141,7 @@ RESULT_FILES = {
     "compute_floor": "compute_floor.json",
     "async_rollout": "async_rollout.json",
     "vs_trl": "vs_trl.json",
+    "vs_trl_representative": "vs_trl_representative.json",
     "env_scaling": "env_scaling.json",
 }
 
@@ -163,6 +172,17 @@ def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
             if trl
             else "not measured",
             trl["samples_per_s_ratio"] >= 1.2 if trl else None,
+        )
+    )
+    rep_trl = results.get("trl_rep", {}).get("data")
+    out.append(
+        (
+            "samples/s >= 2x TRL GRPOTrainer, representative size (28M parameters, multi-token answers; alternating rounds, median)",
+            f"{rep_trl['samples_per_s_ratio']:.2f}x ({rep_trl['samples_per_s_ratio_spread']['min']:.2f}-"
+            f"{rep_trl['samples_per_s_ratio_spread']['max']:.2f})"
+            if rep_trl
+            else "not measured",
+            rep_trl["samples_per_s_ratio"] >= 2 if rep_trl else None,
         )
     )
     anatomy = results.get("anatomy", {}).get("data")

@@ -10,10 +10,13 @@ import sys
 from pathlib import Path
 
 
-def run_job(name: str, overrides: list[str], out: Path, config: str | None = None, tree: Path | None = None) -> dict:
+def run_job(
+    name: str, overrides: list[str], out: Path, config: str | None = None, tree: Path | None = None, pythonpath: Path | None = None
+) -> dict:
     """One job to completion in its own process, output in `out`; returns its result.json.
     `tree`: run another checkout's rlsvc (its folder first on the path of the driver and of
-    every Ray worker, which inherit the environment) instead of this one."""
+    every Ray worker, which inherit the environment) instead of this one. `pythonpath`: a folder
+    the job imports from as well (a plug-in task's), on the same path."""
     cmd = [
         sys.executable,
         "-m",
@@ -25,7 +28,8 @@ def run_job(name: str, overrides: list[str], out: Path, config: str | None = Non
         *overrides,
     ]
     print("$", " ".join(cmd), flush=True)
-    env = None if tree is None else {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
+    first = [str(p) for p in (tree, pythonpath) if p is not None]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*first, *filter(None, [os.environ.get("PYTHONPATH")])])} if first else None
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=tree, env=env)
     (result,) = out.glob(f"{name}-*/result.json")
     return json.loads(result.read_text())

@@ -40,6 +40,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import run_job
@@ -116,11 +117,52 @@ def run_rlsvc(args: argparse.Namespace, out: Path, name: str, mode: list[str]) -
     }, Path(result["checkpoint"]).parent
 
 
+def grpo_config(cfg: Any, out: Path, args: argparse.Namespace, **extra: Any) -> Any:
+    """TRL's `GRPOConfig` with rlsvc's GRPO settings (`cfg`, rlsvc's default config): groups of
+    `args.group_size` completions of `args.prompts` prompts a step, the same optimiser, KL, clip,
+    advantages and loss; `extra`: the rest (the completion length, chat template options)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(out / "trl"),
+        use_cpu=True,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=1,
+        seed=cfg.run.seed,
+        max_steps=args.steps,
+        per_device_train_batch_size=args.prompts * args.group_size,
+        gradient_accumulation_steps=1,
+        num_generations=args.group_size,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=cfg.trainer.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=cfg.trainer.weight_decay,
+        max_grad_norm=cfg.trainer.max_grad_norm,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        beta=cfg.grpo.kl_coef,
+        epsilon=cfg.grpo.clip_eps,
+        num_iterations=1,
+        scale_rewards="group",
+        loss_type="dapo",
+        mask_truncated_completions=False,
+        disable_dropout=True,
+        dataloader_num_workers=0,
+        bf16=False,
+        fp16=False,
+        **extra,
+    )
+
+
 def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from rlsvc.config import load_config
     from rlsvc.envs.blackjack import first_decision_return, format_prompt, parse_action, seeded_game
@@ -164,39 +206,7 @@ def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
             self.returns.append(score)
             self.paused += time.perf_counter() - t
 
-    config = GRPOConfig(
-        output_dir=str(out / "trl"),
-        use_cpu=True,
-        report_to="none",
-        save_strategy="no",
-        logging_steps=1,
-        seed=cfg.run.seed,
-        max_steps=args.steps,
-        per_device_train_batch_size=args.prompts * args.group_size,
-        gradient_accumulation_steps=1,
-        num_generations=args.group_size,
-        max_completion_length=1,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        learning_rate=cfg.trainer.lr,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=cfg.trainer.weight_decay,
-        max_grad_norm=cfg.trainer.max_grad_norm,
-        adam_beta1=0.9,
-        adam_beta2=0.999,
-        beta=cfg.grpo.kl_coef,
-        epsilon=cfg.grpo.clip_eps,
-        num_iterations=1,
-        scale_rewards="group",
-        loss_type="dapo",
-        mask_truncated_completions=False,
-        disable_dropout=True,
-        dataloader_num_workers=0,
-        bf16=False,
-        fp16=False,
-    )
+    config = grpo_config(cfg, out, args, max_completion_length=1)
     t_start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
     validation = Validation(model)

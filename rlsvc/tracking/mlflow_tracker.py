@@ -1,7 +1,10 @@
 """One MLflow run per job: flattened config as params, per-step metrics in batches, artifacts.
 
 The tracking URI comes from the config, else MLFLOW_TRACKING_URI, else a sqlite store in the
-working directory (MLflow 3's default backend).
+working directory (MLflow 3's default backend). A new experiment in a local sqlite store keeps
+its artifacts beside the database file (`mlruns/` in the same folder), not under whatever
+working directory the job started in, MLflow's default: the store and its artifacts stay
+together (a benchmark's store in a temporary folder goes with its artifacts).
 """
 
 from __future__ import annotations
@@ -17,6 +20,15 @@ MAX_METRICS_PER_BATCH = 1000
 
 def resolve_tracking_uri(configured: str | None) -> str:
     return configured or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment's artifacts go: `mlruns/` beside a local sqlite database; None
+    (the server's or MLflow's default) for any other store."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = Path(tracking_uri.removeprefix("sqlite:///"))
+    return (database.resolve().parent / "mlruns").as_uri()
 
 
 class MlflowTracker:
@@ -35,7 +47,7 @@ class MlflowTracker:
             self.run_id = run_id
         else:
             exp = self.client.get_experiment_by_name(experiment)
-            exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
+            exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment, artifact_location(tracking_uri))
             self.run_id = self.client.create_run(exp_id, run_name=run_name).info.run_id
         self._system = None
         self._pending: list[Any] = []  # asynchronous log_batch operations not waited for yet

@@ -122,3 +122,14 @@ def test_vs_trl_quick_trains_both_frameworks_from_the_same_policy(tmp_path: Path
         assert all(-1 <= r <= 1 for r in row["val_returns"])
     fastest = max(r["samples_per_s"] for name, r in data["rows"].items() if name.startswith("rlsvc"))
     assert math.isclose(data["samples_per_s_ratio"], fastest / data["rows"]["TRL GRPOTrainer"]["samples_per_s"])
+
+
+def test_vs_trl_representative_quick_trains_both_frameworks_on_the_same_task(tmp_path: Path):
+    data = run_bench("vs_trl_representative", quick_args("vs_trl_representative"), tmp_path)
+    assert set(data["rows"]) == {"rlsvc (sync)", "TRL GRPOTrainer"}
+    for row in data["rows"].values():
+        (run,) = row["runs"]
+        assert run["steps"] == 2 and run["samples_per_s"] > 0 and 0 <= run["mean_return"] <= 1
+        assert row["phase_s"]["generation"] > 0 and row["phase_s"]["train"] > 0
+    rows = data["rows"]
+    assert math.isclose(data["samples_per_s_ratio"], rows["rlsvc (sync)"]["samples_per_s"] / rows["TRL GRPOTrainer"]["samples_per_s"])

@@ -104,3 +104,17 @@ def test_smoothed_is_a_trailing_mean():
 
     assert smoothed([1.0, 3.0, 5.0, 7.0], window=2) == [1.0, 2.0, 4.0, 6.0]
     assert smoothed([]) == []
+
+
+def test_a_local_sqlite_store_keeps_its_artifacts_beside_the_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    store, elsewhere = tmp_path / "store", tmp_path / "cwd"
+    store.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # MLflow's default would put them under the working directory's mlruns/
+    t = MlflowTracker(f"sqlite:///{store / 'mlflow.db'}", "artifacts-test", "r")
+    note = tmp_path / "note.txt"
+    note.write_text("kept with its store")
+    t.log_artifact(note)
+    t.finish()
+    (kept,) = store.glob("mlruns/**/note.txt")
+    assert kept.read_text() == "kept with its store" and not (elsewhere / "mlruns").exists()

@@ -1,0 +1,256 @@
+"""rlsvc against TRL's `GRPOTrainer` at a representative size: a 28M-parameter Qwen3 checkpoint
+answering arithmetic word problems in free text of several tokens.
+
+- The model: the shape of the representative rollout benchmark (dim 512, 8 layers, 8 heads of
+  64, MLP 1536; benchmarks/rollout_representative.py), made once here by
+  `rlsvc.models.make_tiny_hf` with its byte-level BPE chat tokenizer; both sides load the same
+  Hugging Face folder (rlsvc through its TorchTitan adapter and vLLM, TRL through `transformers`).
+- The task (benchmarks/answer_task.py): a seeded word problem as a chat message; the policy
+  answers in up to `--max-tokens` tokens (sampled at temperature 1, ended by the end-of-turn
+  token); the reward is 1 for the exact number, 0.1 for another number, else 0 (the same
+  function on both sides). rlsvc runs it as a plug-in task (`env.task=...`) through its OpenEnv
+  environment; TRL as a reward function.
+- The same GRPO settings on both sides (those of benchmarks/vs_trl.py): groups of `--group-size`
+  completions of one prompt, `--prompts` prompts a step, AdamW with rlsvc's default learning
+  rate and a constant schedule, grad-norm clip 1, clip epsilon 0.2, k3 KL to the start policy
+  with rlsvc's default weight, group-std-normalised advantages, token-mean loss, one optimiser
+  step per batch; both prompt the model with the same token ids (the chat template with its
+  generation prompt).
+- rlsvc: `python -m rlsvc.train model.source=hf model.path=FOLDER ...`, synchronous (a step
+  generates, then scores, then trains: the same schedule as TRL's). TRL: its default
+  generation path (`transformers` `generate`; TRL's vLLM path needs CUDA), `use_cpu=True`,
+  2 threads (what rlsvc's trainer reserves).
+
+Samples/s: completions per second of training (start-up excluded), over `--steps` steps. The
+sides alternate (benchmarks/pairs.py): `--pairs` rounds of one run each, the order reversed
+every round; each round gives one ratio, reported as the median with its min-max. Each side's
+time is also split: rlsvc's from its step metrics (generation, reference, train), TRL's by
+timing its `_generate` (sampling) and `_generate_and_score_completions` (sampling, rewards,
+reference logprobs) calls; the rest of a TRL step is its training.
+
+    python -m benchmarks.vs_trl_representative [--pairs 3] [--steps 4] [--prompts 4] [--max-tokens 24]
+
+Results: a Markdown table on stdout and benchmarks/results/vs_trl_representative.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import RESULTS_DIR
+from benchmarks.jobs import metric_sums, run_job
+from benchmarks.pairs import spread
+from benchmarks.rollout_representative import MODEL
+from benchmarks.vs_trl import grpo_config
+
+RESULTS = RESULTS_DIR / "vs_trl_representative.json"
+TASK = "benchmarks.answer_task:ArithmeticAnswerTask"
+RLSVC, TRL = "rlsvc (sync)", "TRL GRPOTrainer"
+PHASES = {"generation": "time/generate_s", "reference": "time/reference_s", "train": "time/train_s"}
+THREADS = 2  # rlsvc's trainer and rollout worker each reserve 2 CPUs
+
+
+def make_policy(folder: Path, layers: int, max_position: int) -> Path:
+    from rlsvc.models.make_tiny_hf import make_tiny_hf
+
+    return make_tiny_hf("qwen3", folder, **{**MODEL, "layers": layers}, max_position=max_position)
+
+
+def seq_len(args: argparse.Namespace) -> int:
+    return 96 + args.max_tokens  # the prompts are 40-60 tokens
+
+
+def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str) -> dict:
+    overrides = [
+        "model.source=hf",
+        f"model.path={policy}",
+        f"model.max_seq_len={seq_len(args)}",
+        "model.warm_start_steps=0",
+        f"env.task={TASK}",
+        "env.max_turns=1",
+        f"env.sessions_per_actor={args.prompts * args.group_size}",
+        f"rollout.max_tokens={args.max_tokens}",
+        "rollout.temperature=1.0",
+        f"grpo.group_size={args.group_size}",
+        f"grpo.groups_per_step={args.prompts}",
+        f"run.steps={args.steps}",
+        "run.time_budget_minutes=600",
+        "run.checkpoint_every=0",
+        "eval.every_steps=0",
+        "eval.episodes=0",
+        "rollout.asynchronous=false",
+    ]
+    # the task module is imported by the driver and by the env and reward actors, which inherit this path
+    result = run_job(name, overrides, out, pythonpath=Path(__file__).resolve().parents[1])
+    sums = metric_sums(result, [*PHASES.values(), "return_mean"])
+    return {
+        "samples_per_s": result["steps"] * args.prompts * args.group_size / result["train_s"],
+        "train_s": result["train_s"],
+        "steps": result["steps"],
+        "startup_s": result["startup_s"],
+        "phase_s": {phase: sums[key] / result["steps"] for phase, key in PHASES.items()},
+        "mean_return": sums["return_mean"] / result["steps"],
+        "overrides": overrides,
+    }
+
+
+def run_trl(args: argparse.Namespace, policy: Path, out: Path) -> dict:
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from benchmarks.answer_task import ArithmeticAnswerTask, messages, score
+    from rlsvc.config import load_config
+    from rlsvc.policy_io import CHAT_OPTIONS, TaskCodec
+    from rlsvc.tasks.arithmetic import arithmetic_problem
+
+    cfg = load_config(None, [])
+    torch.set_num_threads(THREADS)
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    seeds = [70_000_000 + i for i in range(args.prompts * args.steps)]
+    # TRL renders the messages with the chat template, as rlsvc's codec does: the same prompt ids
+    codec, first = TaskCodec(ArithmeticAnswerTask(), tokenizer), messages(seeds[0])
+    ids = tokenizer.apply_chat_template(first, add_generation_prompt=True, tokenize=True, **CHAT_OPTIONS)
+    ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+    assert list(ids) == codec.encode(type("Obs", (), {"question": first[0]["content"]})()), "TRL's prompt ids differ from rlsvc's"
+
+    def reward(prompts: list, completions: list, seed: list[int], **_: object) -> list[float]:
+        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
+        return [score(t, arithmetic_problem(s).answer) for t, s in zip(texts, seed)]
+
+    config = grpo_config(cfg, out, args, max_completion_length=args.max_tokens, chat_template_kwargs=CHAT_OPTIONS)
+    t_start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32)
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": [messages(s) for s in seeds], "seed": seeds}),
+    )
+    timed = {"generate": 0.0, "generate_and_score": 0.0}
+    for method, key in (("_generate", "generate"), ("_generate_and_score_completions", "generate_and_score")):
+        setattr(trainer, method, _timed(getattr(trainer, method), timed, key))
+    startup_s = time.perf_counter() - t_start
+    t0 = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - t0
+    rewards = [row["reward"] for row in trainer.state.log_history if "reward" in row]
+    return {
+        "samples_per_s": args.steps * args.prompts * args.group_size / train_s,
+        "train_s": train_s,
+        "steps": args.steps,
+        "startup_s": startup_s,
+        "phase_s": {
+            "generation": timed["generate"] / args.steps,
+            "rewards and reference": (timed["generate_and_score"] - timed["generate"]) / args.steps,
+            "train": (train_s - timed["generate_and_score"]) / args.steps,
+        },
+        "mean_return": statistics.mean(rewards),
+    }
+
+
+def _timed(fn, totals: dict[str, float], key: str):
+    def call(*a, **k):
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            totals[key] += time.perf_counter() - t0
+
+    return call
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pairs", type=int, default=3, help="rounds of one run per side, the order reversed every round")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--prompts", type=int, default=4, help="prompts (groups) per step")
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=24, help="longest answer, in tokens")
+    ap.add_argument("--layers", type=int, default=MODEL["layers"], help="model depth (quick runs use fewer)")
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
+    from safetensors.torch import load_file
+
+    from rlsvc.models.hf_export import WEIGHTS_FILE
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    sides = [RLSVC, TRL]
+    runs: dict[str, list[dict]] = {name: [] for name in sides}
+    with tempfile.TemporaryDirectory(prefix="rlsvc-vs-trl-rep-") as tmp:
+        out = Path(tmp)
+        policy = make_policy(out / "policy", args.layers, seq_len(args))
+        for i in range(args.pairs):
+            for name in sides if i % 2 == 0 else sides[::-1]:
+                if name == TRL:
+                    (out / f"trl{i}").mkdir()
+                    runs[name].append(run_trl(args, policy, out / f"trl{i}"))
+                else:
+                    runs[name].append(run_rlsvc(args, policy, out, f"vs-trl-rep-{i}"))
+                print(f"round {i}: {name} {runs[name][-1]['samples_per_s']:.1f} samples/s", flush=True)
+        params = sum(v.numel() for v in load_file(str(policy / WEIGHTS_FILE)).values())
+    per_round = [runs[RLSVC][i]["samples_per_s"] / runs[TRL][i]["samples_per_s"] for i in range(args.pairs)]
+    rows = {
+        name: {
+            "samples_per_s": statistics.median(r["samples_per_s"] for r in side),
+            "samples_per_s_spread": spread([r["samples_per_s"] for r in side]),
+            "phase_s": {p: statistics.median(r["phase_s"][p] for r in side) for p in side[0]["phase_s"]},
+            "runs": side,
+        }
+        for name, side in runs.items()
+    }
+    data = {
+        "args": vars(args),
+        "model_params": params,
+        "rows": rows,
+        "samples_per_s_ratio": statistics.median(per_round),
+        "samples_per_s_ratio_spread": spread(per_round),
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(data, indent=2))
+    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")
+    print(markdown(data))
+
+
+def markdown(data: dict) -> str:
+    args, rows = data["args"], data["rows"]
+    lines = [
+        f"Qwen3-style model, {data['model_params'] / 1e6:.0f}M parameters ({args['layers']} layers); arithmetic word problems "
+        f"answered in up to {args['max_tokens']} tokens; {args['prompts']} prompts x {args['group_size']} completions per step, "
+        f"{args['steps']} steps a run, {args['pairs']} alternating rounds: median (min-max)\n",
+        "| framework | samples/s | s per step: phases | mean training reward, per run |",
+        "|---|---|---|---|",
+    ]
+    for name, r in rows.items():
+        s = r["samples_per_s_spread"]
+        phases = ", ".join(f"{p} {v:.2f}" for p, v in r["phase_s"].items())
+        returns = "/".join(f"{x['mean_return']:.3f}" for x in r["runs"])
+        lines.append(f"| {name} | {r['samples_per_s']:.2f} ({s['min']:.2f}-{s['max']:.2f}) | {phases} | {returns} |")
+    ratio = data["samples_per_s_ratio_spread"]
+    summary = f"\nrlsvc / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x** ({ratio['min']:.2f}-{ratio['max']:.2f}, per round)"
+    ours, trl = rows[RLSVC], rows[TRL]
+    step = {name: statistics.median(x["train_s"] / x["steps"] for x in r["runs"]) for name, r in rows.items() if "train_s" in r["runs"][0]}
+    if len(step) == 2:
+        # what no orchestration can change: the model's reference and training passes, which TRL does as well
+        model_s = step[RLSVC] - ours["phase_s"]["generation"]
+        summary += (
+            f"; a step takes {step[RLSVC]:.2f} s in rlsvc and {step[TRL]:.2f} s in TRL. Were rlsvc's generation free, its step "
+            f"would still take {model_s:.2f} s (reference, training, weight sync and the rest): at most "
+            f"**{step[TRL] / model_s:.2f}x** TRL's samples/s at this size ({trl['phase_s']['train']:.2f} s of TRL's step is its training alone)"
+        )
+    return "\n".join([*lines, summary])
+
+
+if __name__ == "__main__":
+    main()
