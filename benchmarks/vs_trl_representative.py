@@ -42,6 +42,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import metric_sums, run_job
@@ -119,7 +120,7 @@ def run_trl(args: argparse.Namespace, policy: Path, out: Path) -> dict:
     codec, first = TaskCodec(ArithmeticAnswerTask(), tokenizer), messages(seeds[0])
     ids = tokenizer.apply_chat_template(first, add_generation_prompt=True, tokenize=True, **CHAT_OPTIONS)
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-    assert list(ids) == codec.encode(type("Obs", (), {"question": first[0]["content"]})()), "TRL's prompt ids differ from rlsvc's"
+    assert list(ids) == codec.encode(SimpleNamespace(question=first[0]["content"])), "TRL's prompt ids differ from rlsvc's"
 
     def reward(prompts: list, completions: list, seed: list[int], **_: object) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
@@ -240,15 +241,14 @@ def markdown(data: dict) -> str:
     ratio = data["samples_per_s_ratio_spread"]
     summary = f"\nrlsvc / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x** ({ratio['min']:.2f}-{ratio['max']:.2f}, per round)"
     ours, trl = rows[RLSVC], rows[TRL]
-    step = {name: statistics.median(x["train_s"] / x["steps"] for x in r["runs"]) for name, r in rows.items() if "train_s" in r["runs"][0]}
-    if len(step) == 2:
-        # what no orchestration can change: the model's reference and training passes, which TRL does as well
-        model_s = step[RLSVC] - ours["phase_s"]["generation"]
-        summary += (
-            f"; a step takes {step[RLSVC]:.2f} s in rlsvc and {step[TRL]:.2f} s in TRL. Were rlsvc's generation free, its step "
-            f"would still take {model_s:.2f} s (reference, training, weight sync and the rest): at most "
-            f"**{step[TRL] / model_s:.2f}x** TRL's samples/s at this size ({trl['phase_s']['train']:.2f} s of TRL's step is its training alone)"
-        )
+    step = {name: statistics.median(x["train_s"] / x["steps"] for x in r["runs"]) for name, r in rows.items()}
+    # what no orchestration can change: the model's reference and training passes, which TRL does as well
+    model_s = step[RLSVC] - ours["phase_s"]["generation"]
+    summary += (
+        f"; a step takes {step[RLSVC]:.2f} s in rlsvc and {step[TRL]:.2f} s in TRL. Were rlsvc's generation free, its step "
+        f"would still take {model_s:.2f} s (reference, training, weight sync and the rest): at most "
+        f"**{step[TRL] / model_s:.2f}x** TRL's samples/s at this size ({trl['phase_s']['train']:.2f} s of TRL's step is its training alone)"
+    )
     return "\n".join([*lines, summary])
 
 
