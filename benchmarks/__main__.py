@@ -110,7 +110,7 @@ SUITE = [
         "rlsvc vs TRL GRPOTrainer on single-turn BlackJack",
         "vs_trl",
         ["--pairs", "3", "--steps", "45"],
-        ["--pairs", "1", "--steps", "4", "--prompts", "8", "--eval-every", "2", "--val-episodes", "500", "--final-episodes", "500"],
+        "--pairs 1 --steps 4 --prompts 8 --eval-every 2 --val-episodes 500 --final-episodes 500 --modes sync".split(),
         1200,
     ),
     Bench(

@@ -253,6 +253,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-every", type=int, default=5, help="steps between validations")
     ap.add_argument("--val-episodes", type=int, default=5000)
     ap.add_argument("--final-episodes", type=int, default=20_000)
+    ap.add_argument(
+        "--modes", nargs="+", choices=["sync", "async"], default=["sync", "async"], help="rlsvc's loops to run (the quick run: sync)"
+    )
     return ap
 
 
@@ -264,7 +267,8 @@ def main() -> None:
     stick_return = evaluate(stick, args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
     if args.target is None:
         args.target = stick_return
-    sides = [*RLSVC_MODES, TRL]
+    modes = {name: v for name, v in RLSVC_MODES.items() if ("async" if "async" in name else "sync") in args.modes}
+    sides = [*modes, TRL]
     runs: dict[str, list[dict]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory(prefix="rlsvc-vs-trl-") as tmp:
         out = Path(tmp)
@@ -274,7 +278,7 @@ def main() -> None:
                     (out / f"trl{i}").mkdir()
                     runs[name].append(run_trl(args, out / "start", out / f"trl{i}"))
                 else:
-                    row, run_dir = run_rlsvc(args, out, f"vs-trl-rlsvc-{sides.index(name)}-{i}", RLSVC_MODES[name])
+                    row, run_dir = run_rlsvc(args, out, f"vs-trl-rlsvc-{sides.index(name)}-{i}", modes[name])
                     runs[name].append(row)
                     if not (out / "start").exists():
                         start_policy_folder(run_dir, out / "start")
@@ -294,9 +298,9 @@ def main() -> None:
         row["time_to_target_s"] = statistics.median(reached) if reached else None
         row["reached"] = len(reached)
         row["samples_per_s_spread"] = spread([r["samples_per_s"] for r in row["runs"]])
-    per_round = [max(runs[m][i]["samples_per_s"] for m in RLSVC_MODES) / runs[TRL][i]["samples_per_s"] for i in range(args.pairs)]
+    per_round = [max(runs[m][i]["samples_per_s"] for m in modes) / runs[TRL][i]["samples_per_s"] for i in range(args.pairs)]
     trl = rows[TRL]
-    ours = [rows[name] for name in RLSVC_MODES]
+    ours = [rows[name] for name in modes]
     reached = [r["time_to_target_s"] for r in ours if r["time_to_target_s"] is not None]
     summary = {
         "samples_per_s_ratio": statistics.median(per_round),

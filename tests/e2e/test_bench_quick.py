@@ -116,12 +116,12 @@ def test_step_anatomy_quick_phases_and_overhead_add_up_to_the_step(tmp_path: Pat
 
 def test_vs_trl_quick_trains_both_frameworks_from_the_same_policy(tmp_path: Path):
     data = run_bench("vs_trl", quick_args("vs_trl"), tmp_path, markdown=False)
-    assert set(data["rows"]) == {"rlsvc (sync)", "rlsvc (async, max_staleness=1)", "TRL GRPOTrainer"}
+    assert set(data["rows"]) == {"rlsvc (sync)", "TRL GRPOTrainer"}  # the asynchronous loop: the quick runs of async and anatomy
     for row in data["rows"].values():
         assert row["steps"] == 4 and row["val_steps"] == [2, 4] and row["samples_per_s"] > 0
         assert all(-1 <= r <= 1 for r in row["val_returns"])
-    fastest = max(r["samples_per_s"] for name, r in data["rows"].items() if name.startswith("rlsvc"))
-    assert math.isclose(data["samples_per_s_ratio"], fastest / data["rows"]["TRL GRPOTrainer"]["samples_per_s"])
+    rows = data["rows"]
+    assert math.isclose(data["samples_per_s_ratio"], rows["rlsvc (sync)"]["samples_per_s"] / rows["TRL GRPOTrainer"]["samples_per_s"])
 
 
 def test_vs_trl_representative_quick_trains_both_frameworks_on_the_same_task(tmp_path: Path):

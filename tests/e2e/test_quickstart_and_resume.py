@@ -6,7 +6,8 @@ few steps through the real job, evaluates the checkpoint, shows the strategy and
 loads the policy back from MLflow. (compare_runs.ipynb runs in test_code_training.py, on the two
 real runs made there.)
 
-Exact resume: the same job, its driver killed with SIGKILL right after its first checkpoint,
+Exact resume: the same job, its run folder in S3 (a real S3 server on 127.0.0.1), its driver
+killed with SIGKILL right after its first checkpoint,
 resumed with `--resume`, that resumed job preempted with SIGTERM a step later (it finishes the
 step in flight, writes a checkpoint and exits with 143) and resumed again, ends with the same
 per-step metrics, weights and evaluation as the notebook's uninterrupted run, in one MLflow run
@@ -25,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -87,116 +89,38 @@ def _stop_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _ledger(run_dir: Path) -> tuple[int, list[int]]:
-    """How many rewinds the run's ledger has (trained.jsonl, rlsvc/job.py: a resumed job starts
+def _ledger(text: str) -> tuple[int, list[int]]:
+    """How many rewinds a run's ledger has (trained.jsonl, rlsvc/job.py: a resumed job starts
     with one), and the steps trained since the last."""
     rewinds, steps = 0, []
-    for line in (run_dir / "trained.jsonl").read_text().splitlines():
+    for line in text.splitlines():
         record = json.loads(line)
         rewinds, steps = (rewinds + 1, []) if "rewind_to" in record else (rewinds, [*steps, record["step"]])
     return rewinds, steps
 
 
-def test_sigkill_then_sigterm_then_resume_matches_an_uninterrupted_run(tmp_path: Path, quickstart):
-    ref_result = quickstart[2]
-    cmd = [
-        sys.executable,
-        "-m",
-        "rlsvc.train",
-        f"run.steps={STEPS}",
-        f"run.checkpoint_every={EVERY}",
-        f"eval.episodes={EVAL_EPISODES}",
-        f"run.output_dir={tmp_path / 'run'}",
-        f"tracking.tracking_uri=sqlite:///{tmp_path / 'run.db'}",
-    ]
-    # the same job as the notebook's, killed with SIGKILL as soon as its first checkpoint is complete
-    with open(tmp_path / "killed.out", "w") as out:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 600
-        while time.time() < deadline and proc.poll() is None and not list((tmp_path / "run").glob(f"*/checkpoints/step_{EVERY:08d}")):
-            time.sleep(0.2)
-        assert proc.poll() is None, (tmp_path / "killed.out").read_text()[-3000:]
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        _stop_group(proc)
-    [run_dir] = (tmp_path / "run").iterdir()
-    assert not (run_dir / "result.json").exists()
-
-    # resumed, and preempted with SIGTERM once it has trained a step (200 ms more per env step
-    # leaves time to signal it before the last step; time changes nothing the job computes)
-    with open(tmp_path / "preempted.out", "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "rlsvc.train", "--resume", str(run_dir), "env.step_latency_ms=200"],
-            cwd=tmp_path,
-            env=_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.time() + 600
-        while time.time() < deadline and proc.poll() is None:
-            rewinds, steps = _ledger(run_dir)
-            if rewinds and steps:  # resumed, and a step trained since
-                break
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(timeout=120)
-        _stop_group(proc)
-    text = (tmp_path / "preempted.out").read_text()
-    assert code == 143, text[-3000:]
-    rewinds, steps = _ledger(run_dir)
-    stopped = steps[-1]
-    assert rewinds == 1
-    assert EVERY < stopped < STEPS and f"SIGTERM: stopping after step {stopped}, with a checkpoint" in text
-    assert (run_dir / "checkpoints" / f"step_{stopped:08d}" / "state.json").is_file()
-    assert not (run_dir / "result.json").exists()
-
-    resumed = subprocess.run(
-        [sys.executable, "-m", "rlsvc.train", "--resume", str(run_dir)],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming after step {stopped}" in resumed.stdout
-    result = json.loads((run_dir / "result.json").read_text())
-
-    # one MLflow run, steps 1..STEPS, and from the checkpoint on the same numbers as the reference
-    assert (
-        result["mlflow_run_id"] == json.loads((run_dir / "checkpoints" / f"step_{STEPS:08d}" / "state.json").read_text())["mlflow_run_id"]
-    )
-    got = _history(result["tracking_uri"], result["mlflow_run_id"])
-    want = _history(ref_result["tracking_uri"], ref_result["mlflow_run_id"])
-    assert sorted(got["return_mean"]) == list(range(1, STEPS + 1))
-    for key in COMPARED:
-        assert got[key] == want[key], key
-    assert result["steps"] == ref_result["steps"] == STEPS
-    assert result["eval"] == ref_result["eval"]
-
-    from mlflow.tracking import MlflowClient
-
-    run = MlflowClient(result["tracking_uri"]).get_run(result["mlflow_run_id"])
-    assert run.info.status == "FINISHED" and run.data.tags["rlsvc.resumes"] == "2"
-    assert run.data.tags["rlsvc.resume.1.from_step"] == str(EVERY) and run.data.tags["rlsvc.resume.2.from_step"] == str(stopped)
-    assert run.data.tags["rlsvc.preempted_after_step"] == str(stopped) and run.data.tags["rlsvc.resume.2.steps_redone"] == "0"
-
-    # the final weights are the same tensors
-    from safetensors.torch import load_file
-
-    a, b = (
-        load_file(str(Path(result["checkpoint"]) / "model.safetensors")),
-        load_file(str(Path(ref_result["checkpoint"]) / "model.safetensors")),
-    )
-    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+def _resumed_and_stepped(staged: list[Path]) -> bool:
+    """Whether a resumed driver's ledger (in its local staging copy of the run, written every
+    step; the bucket's copy is uploaded at checkpoints) shows a step trained since the resume."""
+    for folder in staged:
+        try:
+            rewinds, steps = _ledger((folder / "trained.jsonl").read_text())
+        except FileNotFoundError:
+            continue
+        if rewinds and steps:
+            return True
+    return False
 
 
-def test_a_run_in_s3_killed_then_resumed_from_its_uri_matches_an_uninterrupted_run(tmp_path: Path, quickstart, s3_bucket: str):
+def test_a_run_in_s3_killed_resumed_preempted_and_resumed_matches_an_uninterrupted_run(tmp_path: Path, quickstart, s3_bucket: str):
     """run.output_dir on a real S3 server (moto, 127.0.0.1): the checkpoints (the trainer rank's
     shards written by the rank itself, the manifest last) and the run's files land in the bucket,
-    nothing in a local run folder; the job is SIGKILLed after its first checkpoint and
-    `--resume s3://...` finishes it with the uninterrupted run's metrics and weights."""
+    nothing in a local run folder. The job is SIGKILLed right after its first checkpoint;
+    `--resume s3://...` continues it and is preempted with SIGTERM a step later (it finishes the
+    step in flight, writes a checkpoint and exits with 143); a second `--resume` finishes it with
+    the uninterrupted run's per-step metrics, weights and evaluation, in one MLflow run with
+    continuous step numbers. (Resuming a local run folder takes the same path once the run is
+    staged: rlsvc/run_folder.py; tests/unit/test_checkpoint_files.py reads local folders.)"""
     import fsspec
 
     ref_result = quickstart[2]
@@ -206,6 +130,7 @@ def test_a_run_in_s3_killed_then_resumed_from_its_uri_matches_an_uninterrupted_r
         *(sys.executable, "-m", "rlsvc.train", f"run.steps={STEPS}", f"run.checkpoint_every={EVERY}", f"eval.episodes={EVAL_EPISODES}"),
         *(f"run.output_dir={s3_bucket}/runs", f"tracking.tracking_uri=sqlite:///{tmp_path / 'run.db'}"),
     ]
+    # the same job as the notebook's, killed with SIGKILL as soon as its first checkpoint is complete
     with open(tmp_path / "killed.out", "w") as out:
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 600
@@ -221,31 +146,66 @@ def test_a_run_in_s3_killed_then_resumed_from_its_uri_matches_an_uninterrupted_r
     assert fs.exists(f"{run}/checkpoints/step_{EVERY:08d}/trainer/.metadata") and fs.exists(f"{run}/trained.jsonl")
     assert not fs.exists(f"{run}/result.json") and not list(tmp_path.rglob("trained.jsonl"))  # no local run folder
 
+    # resumed, and preempted with SIGTERM once it has trained a step (200 ms more per env step
+    # leaves time to signal it before the last step; time changes nothing the job computes)
+    staged = f"rlsvc-staging-*/{run.rsplit('/', 1)[-1]}"
+    with open(tmp_path / "preempted.out", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rlsvc.train", "--resume", uri, "env.step_latency_ms=200"],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.time() + 600
+        while time.time() < deadline and proc.poll() is None and not _resumed_and_stepped(list(Path(tempfile.gettempdir()).glob(staged))):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=120)
+        _stop_group(proc)
+    text = (tmp_path / "preempted.out").read_text()
+    assert code == 143, text[-3000:]
+    fs.invalidate_cache()
+    rewinds, steps = _ledger(fs.cat_file(f"{run}/trained.jsonl").decode())
+    stopped = steps[-1]
+    assert rewinds == 1
+    assert EVERY < stopped < STEPS and f"SIGTERM: stopping after step {stopped}, with a checkpoint" in text
+    assert fs.exists(f"{run}/checkpoints/step_{stopped:08d}/MANIFEST.json") and not fs.exists(f"{run}/result.json")
+
     resumed = subprocess.run(
         [sys.executable, "-m", "rlsvc.train", "--resume", uri], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=900
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming after step {EVERY}" in resumed.stdout
+    assert f"resuming after step {stopped}" in resumed.stdout
     fs.invalidate_cache()
     result = json.loads(fs.cat_file(f"{run}/result.json"))
     assert result["run_dir"] == uri and result["checkpoint"] == f"{uri}/checkpoint"
-    # the manifest is the commit marker: every checkpoint kept is complete, the final one is step STEPS
+    # the manifest is the commit marker: every checkpoint kept (the newest two) is complete
     from rlsvc.checkpoint import checkpoints, problem
 
-    assert [c.rsplit("/", 1)[-1] for c in checkpoints(f"{uri}/checkpoints")] == [f"step_{STEPS:08d}", f"step_{EVERY:08d}"]
+    assert [c.rsplit("/", 1)[-1] for c in checkpoints(f"{uri}/checkpoints")] == [f"step_{STEPS:08d}", f"step_{stopped:08d}"]
     assert all(problem(c) is None for c in checkpoints(f"{uri}/checkpoints"))
+    state = json.loads(fs.cat_file(f"{run}/checkpoints/step_{STEPS:08d}/state.json"))
+    assert result["mlflow_run_id"] == state["mlflow_run_id"]
 
+    # one MLflow run, steps 1..STEPS, and from the checkpoints on the same numbers as the reference
     got = _history(result["tracking_uri"], result["mlflow_run_id"])
     want = _history(ref_result["tracking_uri"], ref_result["mlflow_run_id"])
     assert sorted(got["return_mean"]) == list(range(1, STEPS + 1))
     for key in COMPARED:
         assert got[key] == want[key], key
+    assert result["steps"] == ref_result["steps"] == STEPS
     assert result["eval"] == ref_result["eval"]
     from mlflow.tracking import MlflowClient
 
-    tags = MlflowClient(result["tracking_uri"]).get_run(result["mlflow_run_id"]).data.tags
-    assert tags["rlsvc.run_dir"] == uri and tags["rlsvc.resume.1.from_step"] == str(EVERY)
+    run_info = MlflowClient(result["tracking_uri"]).get_run(result["mlflow_run_id"])
+    tags = run_info.data.tags
+    assert run_info.info.status == "FINISHED" and tags["rlsvc.run_dir"] == uri and tags["rlsvc.resumes"] == "2"
+    assert tags["rlsvc.resume.1.from_step"] == str(EVERY) and tags["rlsvc.resume.2.from_step"] == str(stopped)
+    assert tags["rlsvc.preempted_after_step"] == str(stopped) and tags["rlsvc.resume.2.steps_redone"] == "0"
 
+    # the final weights are the same tensors
     from safetensors.torch import load, load_file
 
     a, b = load(fs.cat_file(f"{run}/checkpoint/model.safetensors")), load_file(str(Path(ref_result["checkpoint"]) / "model.safetensors"))
