@@ -7,8 +7,11 @@ errors answer at once (exit 2, one line naming the field).
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
 import time
+from typing import NoReturn
 
 
 def config_reference() -> str:
@@ -242,5 +245,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def exit_without_teardown(code: int) -> NoReturn:
+    """End the process once `main` has returned: the exit handlers run (MLflow's, logging's,
+    Ray's), then the process ends without the interpreter's own teardown. After a job that
+    teardown is seconds of native destructors (Ray's core worker, torch and vLLM state: about 5 s
+    on 2 cores) with nothing left to release: the job's files, MLflow run and Ray cluster are
+    closed by then."""
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())

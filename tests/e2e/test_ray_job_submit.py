@@ -1,9 +1,8 @@
 """The deployed cluster, on one machine: a multi-node Ray cluster started with `ray start` from the
 rayStartParams of the KubeRay cpu-tiny overlay (a head with no CPUs, two gpu-workers nodes and two
-cpu-workers nodes, each a raylet of its own). A job submitted with `ray job submit` loses one node
-of each group mid-run and finishes; then the overlay's RayJob runs on the nodes left (one per group,
-the overlay's own shape) and Ray's state API is asked where every actor ran. Every process is
-stopped by its PID."""
+cpu-workers nodes, each a raylet of its own). The overlay's RayJob, submitted with `ray job
+submit`, has each actor on its group (Ray's state API), loses one node of each group mid-run and
+finishes. Every process is stopped by its PID."""
 
 from __future__ import annotations
 
@@ -177,8 +176,7 @@ def _live_members(pgid: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def deployed():
-    """The overlay's cluster with two nodes in each worker group (one of each is lost in the first
-    test), shared by both tests: a cluster start and stop fewer."""
+    """The overlay's cluster with two nodes in each worker group (one of each is lost mid-job)."""
     docs = render_kustomize(OVERLAY)
     [raycluster] = [d for d in docs if d["kind"] == "RayCluster"]
     [rayjob] = [d for d in docs if d["kind"] == "RayJob"]
@@ -191,26 +189,35 @@ def deployed():
     cluster.stop()
 
 
-def test_a_job_survives_losing_a_gpu_node_and_a_cpu_node(deployed, tmp_path: Path):
-    """Mid-run, the node running the policy actors and the node running the env, reward and
-    buffer actors are killed whole (raylet, object store, actors). Ray restarts the env, reward
-    and buffer actors on the other cpu-workers node, the job restarts its policy actors on the
-    other gpu-workers node from its newest checkpoint, and the job finishes every step. (First in
-    the module: the next test runs on the node of each group that is left.)"""
+def test_the_rayjob_places_each_actor_on_its_group_and_survives_losing_a_node_of_each(deployed, tmp_path: Path):
+    """The overlay's RayJob (its entrypoint, runtime env and metadata; shortened) through
+    `ray job submit`. Once it trains, Ray's state API shows rollout/trainer/reference actors on
+    gpu-workers and env/reward/buffer on cpu-workers. Then the node running the policy actors and
+    the node running the env, reward and buffer actors are killed whole (raylet, object store,
+    actors): Ray restarts the env, reward and buffer actors on the other cpu-workers node, the
+    job restarts its policy actors on the other gpu-workers node from its newest checkpoint, and
+    finishes every step; the submission carries the run's config and MLflow run id, and the
+    MLflow run the Ray job's ids."""
+    from mlflow.tracking import MlflowClient
     from ray.job_submission import JobStatus, JobSubmissionClient
     from ray.util.state import list_actors
 
-    cluster, _ = deployed
+    cluster, rayjob = deployed
     runs = tmp_path / "runs"
     steps = 8
-    submission = f"rlsvc-lost-node-{os.getpid()}-{int(time.time())}"
+    env_vars = yaml.safe_load(rayjob["spec"]["runtimeEnvYAML"])["env_vars"]
+    runtime_env = {"env_vars": {**env_vars, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}}
+    # the image's /app is this checkout
+    entrypoint = re.sub(r"/app/", f"{REPO}/", rayjob["spec"]["entrypoint"]).split()
+    entrypoint = [a for a in entrypoint if not a.startswith("run.output_dir=")]
+    cfg_path = entrypoint[entrypoint.index("--config") + 1]
+    submission = f"rlsvc-test-{os.getpid()}-{int(time.time())}"
     # --no-wait, then the job's status and logs from the job server: the CLI's log tail is a
     # websocket that a node's loss can break while the job itself goes on
     cmd = [
         *(str(BIN / "ray"), "job", "submit", "--no-wait", "--address", cluster.url, "--submission-id", submission),
-        *("--working-dir", str(REPO)),
-        *("--runtime-env-json", json.dumps({"env_vars": {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}})),
-        *("--", "python", "-m", "rlsvc.train", "--config", "configs/blackjack_tiny.yaml"),
+        *("--working-dir", str(REPO), "--runtime-env-json", json.dumps(runtime_env)),
+        *("--metadata-json", json.dumps(rayjob["spec"]["metadata"]), "--", *entrypoint),
         *(f"run.steps={steps}", "run.checkpoint_every=2", "eval.every_steps=4", "eval.episodes=500", f"run.output_dir={runs}"),
     ]
     out = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True, timeout=300)
@@ -225,12 +232,26 @@ def test_a_job_survives_losing_a_gpu_node_and_a_cpu_node(deployed, tmp_path: Pat
     while trained_steps() < 3 and not jobs.get_job_status(submission).is_terminal() and time.time() < deadline:
         time.sleep(0.5)
     assert jobs.get_job_status(submission) == JobStatus.RUNNING, jobs.get_job_logs(submission)[-4000:]
+    info = jobs.get_job_info(submission)
+
+    # where every actor of the plan runs, by its rlsvc name, from Ray's state API
+    groups = cluster.node_groups()
+    alive = list_actors(address=cluster.url, filters=[("state", "=", "ALIVE")], detail=True, limit=1000, raise_on_missing_output=False)
+    actors = {a.name: a for a in alive if a.name and a.job_id == info.job_id}
+    placement = planned(load_config(cfg_path))
+    seen = set()
+    for role in ROLES:
+        for i in range(placement[role].count):
+            name = actor_name(role, i, placement[role].count)
+            assert name in actors, f"{name} not in the state API's actors: {sorted(actors)}"
+            group = groups[actors[name].node_id]
+            assert group == ("gpu-workers" if role in GPU_GROUP_ROLES else "cpu-workers"), f"{name} ran on {group}"
+            seen.add(role)
+    assert seen == set(ROLES)
 
     # the nodes the actors run on now, by the raylets' own names
     nodes = cluster.node_groups(NODE_MARK)
-    alive = list_actors(address=cluster.url, filters=[("state", "=", "ALIVE")], detail=True, limit=1000, raise_on_missing_output=False)
-    where = {a.name: nodes[a.node_id] for a in alive if a.name and a.name.startswith("rlsvc-")}
-    [job_id] = {a.job_id for a in alive if a.name in where}  # this job's (the first test's actors are dead)
+    where = {name: nodes[a.node_id] for name, a in actors.items() if name.startswith("rlsvc-")}
     lost = {where["rlsvc-rollout-0"], where["rlsvc-env-0"]}
     assert lost == {where["rlsvc-trainer-0"], where["rlsvc-buffer"]}, where  # packed: one node per group held them
     for node in lost:
@@ -245,7 +266,8 @@ def test_a_job_survives_losing_a_gpu_node_and_a_cpu_node(deployed, tmp_path: Pat
     restart = re.search(r"((?:rlsvc-[\w-]+, )*rlsvc-[\w-]+) died in step \d+ \(\w+\): policy actors restarted from the checkpoint", said)
     assert restart and {"rlsvc-trainer-0", "rlsvc-rollout-0"} <= set(restart[1].split(", ")), out[-4000:]
     [result] = [json.loads(p.read_text()) for p in runs.glob("*/result.json")]
-    assert result["steps"] == steps
+    assert result["steps"] == steps and Path(result["checkpoint"], "config.json").is_file()
+    assert result["tracking_uri"] == runtime_env["env_vars"]["MLFLOW_TRACKING_URI"]
 
     # every actor of the job ran again on the surviving node of its group (Ray restarted the
     # env, reward and buffer actors in place; the job replaced the policy actors)
@@ -253,59 +275,13 @@ def test_a_job_survives_losing_a_gpu_node_and_a_cpu_node(deployed, tmp_path: Pat
     survivors = {node.rsplit("-", 1)[0]: node for node in {"gpu-workers-0", "gpu-workers-1", "cpu-workers-0", "cpu-workers-1"} - lost}
     ran_on: dict[str, set] = {}
     for a in list_actors(address=cluster.url, detail=True, limit=1000, raise_on_missing_output=False):
-        if a.name in where and a.job_id == job_id:
+        if a.name in where and a.job_id == info.job_id:
             ran_on.setdefault(a.name, set()).add(nodes.get(a.node_id))
     for name, node in where.items():
         assert survivors[node.rsplit("-", 1)[0]] in ran_on[name], (name, where, ran_on)
 
-
-def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed, tmp_path: Path):
-    """The overlay's RayJob (shortened) through `ray job submit`: it trains, and the state API
-    shows rollout/trainer/reference actors on gpu-workers and env/reward/buffer on cpu-workers."""
-    from ray.util.state import list_actors
-
-    cluster, rayjob = deployed
-    env_vars = yaml.safe_load(rayjob["spec"]["runtimeEnvYAML"])["env_vars"]
-    runtime_env = {"env_vars": {**env_vars, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}}
-    # the image's /app is this checkout
-    entrypoint = re.sub(r"/app/", f"{REPO}/", rayjob["spec"]["entrypoint"]).split()
-    entrypoint = [a for a in entrypoint if not a.startswith("run.output_dir=")]
-    cfg_path = entrypoint[entrypoint.index("--config") + 1]
-    submission = f"rlsvc-test-{os.getpid()}-{int(time.time())}"
-    cmd = [
-        str(BIN / "ray"),
-        "job",
-        "submit",
-        "--address",
-        cluster.url,
-        "--submission-id",
-        submission,
-        "--working-dir",
-        str(REPO),
-        "--runtime-env-json",
-        json.dumps(runtime_env),
-        "--metadata-json",
-        json.dumps(rayjob["spec"]["metadata"]),
-        "--",
-        *entrypoint,
-        "run.steps=2",
-        "eval.episodes=500",
-        "eval.every_steps=1",
-        f"run.output_dir={tmp_path / 'runs'}",
-    ]
-    out = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
-    assert "succeeded" in out.stdout
-    result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
-    assert result["steps"] == 2 and Path(result["checkpoint"], "config.json").is_file()
-    assert result["tracking_uri"] == runtime_env["env_vars"]["MLFLOW_TRACKING_URI"]
-
     # the submission carries the run's config and MLflow run id, and the MLflow run the Ray job's ids
-    from mlflow.tracking import MlflowClient
-    from ray.job_submission import JobSubmissionClient
-
-    info = JobSubmissionClient(cluster.url).get_job_info(submission)
-    metadata = info.metadata
+    metadata = jobs.get_job_info(submission).metadata
     assert metadata == {
         **rayjob["spec"]["metadata"],
         "rlsvc.mlflow_run_id": result["mlflow_run_id"],
@@ -316,19 +292,3 @@ def test_rayjob_on_the_manifest_cluster_places_each_actor_on_its_group(deployed,
     tags = MlflowClient(result["tracking_uri"]).get_run(result["mlflow_run_id"]).data.tags
     assert tags["ray.submission_id"] == submission and tags["rlsvc.config_hash"] == metadata["rlsvc.config_hash"]
     assert all(tags[f"ray.submission.{k}"] == v for k, v in rayjob["spec"]["metadata"].items()) and len(tags["ray.job_id"]) == 8
-
-    # where every actor of the plan ran, by its rlsvc name, from Ray's state API
-    groups = cluster.node_groups()  # the live raylets: after the test above, one per group
-    assert set(groups.values()) == set(cluster.groups), groups
-    everything = list_actors(address=cluster.url, detail=True, limit=1000, raise_on_missing_output=False)
-    actors = {a.name: a for a in everything if a.name and a.job_id == info.job_id}  # this job's, not the test above's
-    placement = planned(load_config(cfg_path))
-    seen = set()
-    for role in ROLES:
-        for i in range(placement[role].count):
-            name = actor_name(role, i, placement[role].count)
-            assert name in actors, f"{name} not in the state API's actors: {sorted(actors)}"
-            group = groups[actors[name].node_id]
-            assert group == ("gpu-workers" if role in GPU_GROUP_ROLES else "cpu-workers"), f"{name} ran on {group}"
-            seen.add(role)
-    assert seen == set(ROLES)
