@@ -52,8 +52,9 @@ CHECKPOINT_META = "rlsvc.json"
 
 def prepare_model(cfg: Config) -> tuple[ModelSpec, Any, dict[str, Any]]:
     """The policy model, its tokenizer, and where rollout workers get the initial checkpoint:
-    a model built from scratch is written to a temporary folder whose files travel through Ray;
-    a pretrained one is served from its own folder (which every rollout node must see)."""
+    a model built from scratch is a temporary folder (its config, tokenizer and zero weights, which
+    the first weight sync replaces) whose files travel through Ray; a pretrained one is served
+    from its own folder (which every rollout node must see)."""
     from rlsvc.models.tokenizer import load_tokenizer
 
     if cfg.model.source == "hf":
@@ -63,7 +64,7 @@ def prepare_model(cfg: Config) -> tuple[ModelSpec, Any, dict[str, Any]]:
         return spec, tokenizer, {"path": spec.path}
     scratch = ScratchModel(cfg.model.titan)
     with tempfile.TemporaryDirectory(prefix="rlsvc-init-") as tmp:
-        folder = scratch.initial_folder(Path(tmp), cfg.run.seed)
+        folder = scratch.initial_folder(Path(tmp))
         files = {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
         return scratch, load_tokenizer(folder), {"files": files}
 
@@ -322,11 +323,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             raise TaskError(f"rollout.constrained_actions: task {task.name} has no fixed answers of one token each")
         engine = EngineSpec.from_config(cfg, codec.allowed_token_ids if cfg.rollout.constrained_actions else None)
         svc = start_services(cfg, placement, source, engine)
-        # The env actors' observations are OpenEnv (pydantic) types: the driver imports OpenEnv
-        # (and gradio with it, seconds) while the actors start, rather than when the first step
-        # unpickles one.
-        threading.Thread(target=task.env_spec, name="rlsvc-import-env", daemon=True).start()
-        if cfg.eval.every_steps:  # likewise what validation needs that no policy changes (BlackJack: its deals)
+        if cfg.eval.every_steps:  # what validation needs that no policy changes (BlackJack: its deals)
             threading.Thread(
                 target=task.prepare_validation,
                 args=(cfg.eval.val_episodes, cfg.eval.val_seed),

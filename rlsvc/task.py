@@ -72,7 +72,8 @@ class Task(ABC):
     @abstractmethod
     def render(self, observation: Any) -> Prompt:
         """The prompt for one decision: text, or chat messages (rendered with the tokenizer's
-        chat template and its generation prompt)."""
+        chat template and its generation prompt). `observation` holds the environment's
+        observation fields as attributes (a `PlainObservation` when it came from an env actor)."""
 
     def render_next(self, observation: Any) -> str:
         """With `rollout.context=episode`: the environment's reply on a later turn, appended to

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from rlsvc.envs.plain import plain_all
+
 if TYPE_CHECKING:
     import torch
 
@@ -267,9 +269,11 @@ class EnvWorker:
         self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
         self.reset_here: set[int] = set()
 
+    # Observations leave as plain data (rlsvc/envs/plain.py): unpickling OpenEnv's pydantic types
+    # would make the driver import OpenEnv.
     def reset(self, session_ids: list[int], seeds: list[int]) -> list[Any]:
         self.reset_here.update(session_ids)
-        return self.pool.reset(session_ids, seeds)
+        return plain_all(self.pool.reset(session_ids, seeds))
 
     def step(self, session_ids: list[int], actions: list[str]) -> list[Any]:
         from rlsvc.cluster.fleet import LostEpisode
@@ -279,8 +283,8 @@ class EnvWorker:
             out: list[Any] = [LostEpisode() for _ in session_ids]
             for i, obs in zip(live, self.pool.step([session_ids[i] for i in live], [actions[i] for i in live]) if live else []):
                 out[i] = obs
-            return out
-        return self.pool.step(session_ids, actions)
+            return plain_all(out)
+        return plain_all(self.pool.step(session_ids, actions))
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()

@@ -85,6 +85,27 @@ def from_hf_state_dict(hf_sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict
     return {k: v.contiguous() for k, v in titan_sd.items()}
 
 
+def hf_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every weight of the equivalent `LlamaForCausalLM` (what `to_hf_state_dict`
+    gives for this config), from the config alone: no model is built."""
+    d, hd, f = cfg.dim, cfg.head_dim, cfg.ffn_hidden_dim
+    layer = {
+        "input_layernorm.weight": (d,),
+        "self_attn.q_proj.weight": (cfg.n_heads * hd, d),
+        "self_attn.k_proj.weight": (cfg.n_kv_heads * hd, d),
+        "self_attn.v_proj.weight": (cfg.n_kv_heads * hd, d),
+        "self_attn.o_proj.weight": (d, cfg.n_heads * hd),
+        "post_attention_layernorm.weight": (d,),
+        "mlp.gate_proj.weight": (f, d),
+        "mlp.up_proj.weight": (f, d),
+        "mlp.down_proj.weight": (d, f),
+    }
+    shapes = {"model.embed_tokens.weight": (cfg.vocab_size, d), "model.norm.weight": (d,), "lm_head.weight": (cfg.vocab_size, d)}
+    for i in range(cfg.n_layers):
+        shapes.update({f"model.layers.{i}.{name}": shape for name, shape in layer.items()})
+    return shapes
+
+
 def hf_config_dict(cfg: ModelConfig) -> dict:
     """The `config.json` of the equivalent `LlamaForCausalLM`."""
     return {

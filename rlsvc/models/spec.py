@@ -65,10 +65,17 @@ class ScratchModel:
 
         return save_hf_checkpoint(folder, hf_sd, self.cfg, extra_files)
 
-    def initial_folder(self, workdir: Path, seed: int) -> Path:
-        """The starting checkpoint as a folder (what vLLM serves before the first sync)."""
-        model = self.build(seed)
-        return self.save(workdir / "init_hf", self.to_hf(model.state_dict()))
+    def initial_folder(self, workdir: Path) -> Path:
+        """What a vLLM engine loads before its first weight sync: the config, the tokenizer, and
+        weights of the right names and shapes, all zero. A job syncs the trainer's weights (warm-
+        started, or restored on resume) to every engine before any rollout, and an engine started
+        again is synced before it serves, so these zeros are never sampled from; the driver builds
+        no model for them (it never imports TorchTitan)."""
+        import torch
+
+        from rlsvc.models.hf_export import hf_shapes
+
+        return self.save(workdir / "init_hf", {name: torch.zeros(shape) for name, shape in hf_shapes(self.cfg).items()})
 
 
 @dataclass(frozen=True)
@@ -151,7 +158,7 @@ class PretrainedModel:
         for name, text in extra_files.items():
             (tmp / name).write_text(text)
 
-    def initial_folder(self, workdir: Path, seed: int) -> Path:
+    def initial_folder(self, workdir: Path) -> Path:
         """The checkpoint itself: vLLM serves the same folder the trainer loaded."""
         return Path(self.path)
 

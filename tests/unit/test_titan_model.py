@@ -13,6 +13,7 @@ from rlsvc.models import hf_export
 from rlsvc.models.hf_export import (
     from_hf_state_dict,
     hf_config_dict,
+    hf_shapes,
     load_hf_state_dict,
     save_hf_checkpoint,
     to_hf_state_dict,
@@ -110,6 +111,25 @@ def test_hf_config_dict_matches_model_config() -> None:
     conf = hf_config_dict(CFG)
     assert conf["architectures"] == ["LlamaForCausalLM"]
     assert (conf["hidden_size"], conf["num_key_value_heads"], conf["head_dim"]) == (128, 2, 32)
+
+
+@pytest.mark.parametrize("shape", [{}, {"dim": 96, "n_heads": 3, "n_kv_heads": 1, "n_layers": 3, "ffn_hidden_dim": 160}])
+def test_hf_shapes_are_the_exported_weights_shapes(shape: dict) -> None:
+    """What a job's engines load before the first sync (`ScratchModel.initial_folder`, zeros)
+    has the names and shapes of the trainer's exported weights, including with GQA."""
+    cfg = ModelConfig(**shape)
+    exported = to_hf_state_dict(build_model(cfg, seed=0).state_dict(), cfg)
+    assert hf_shapes(cfg) == {k: tuple(v.shape) for k, v in exported.items()}
+
+
+def test_initial_folder_is_the_layout_with_zero_weights(tmp_path: Path) -> None:
+    from rlsvc.models.spec import ScratchModel
+
+    folder = ScratchModel(CFG).initial_folder(tmp_path)
+    sd = load_hf_state_dict(folder)
+    assert {k: tuple(v.shape) for k, v in sd.items()} == hf_shapes(CFG)
+    assert all(not v.any() for v in sd.values())
+    assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
 
 
 def grpo_batch(n: int = 8, t: int = 12) -> dict[str, torch.Tensor]:

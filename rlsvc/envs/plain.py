@@ -1,0 +1,36 @@
+"""Observations as plain data for the trip from an env actor to the driver.
+
+An OpenEnv observation is a pydantic model whose class is built on OpenEnv's base types; Ray
+pickles it by class, so every process that unpickles one imports OpenEnv first (and gradio and
+FastMCP with it: about 6 CPU-seconds, a tenth of a small job's start-up on two cores). The
+driver only reads an observation's fields, so the env actor sends those: a `PlainObservation`
+with the same attribute names and values. Failed observations (`FailedObservation` and its
+subclasses) are rlsvc dataclasses and travel as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import SimpleNamespace
+from typing import Any
+
+
+class PlainObservation(SimpleNamespace):
+    """An environment's observation as its fields: `obs.player_sum`, `obs.done`, `obs.reward`
+    read as on the pydantic object; `model_dump()` gives them as a dict."""
+
+    def model_dump(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def plain(observation: Any) -> Any:
+    """A pydantic observation's top-level fields as a `PlainObservation` (field values as they
+    are); anything else unchanged."""
+    fields = getattr(type(observation), "model_fields", None)
+    if fields is None:
+        return observation
+    return PlainObservation(**{name: getattr(observation, name) for name in fields})
+
+
+def plain_all(observations: Sequence[Any]) -> list[Any]:
+    return [plain(o) for o in observations]
