@@ -9,9 +9,10 @@ of the driver and of every Ray worker). Per job: the mean of the steps' own `tim
 start-up: the env actors' first calls wait for their processes, vLLM's first batches warm up),
 and seconds per step of the whole training loop (first step to last checkpoint: start-up effects,
 validation and checkpoints included). Also per job: its start-up (`startup_s`: cluster, actors,
-warm start, first weight sync), its first step's seconds, and the job's whole wall time (process
-start to exit, final evaluation included). Each pair gives a ratio old / new of each; the result
-is their median with its min and max. The order flips each pair (old new, new old, ...).
+warm start, first weight sync), its first step's seconds, the job's whole wall time (process
+start to exit, final evaluation included) and the CPU-seconds its processes used
+(`benchmarks/cpu.py`). Each pair gives a ratio old / new of each; the result is their median
+with its min and max. The order flips each pair (old new, new old, ...).
 
 Same learning result: the steps' training returns of the two sides are compared step by step
 (episodes depend only on the seed and the policy, so until the policies differ they are equal),
@@ -34,6 +35,7 @@ import time
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
+from benchmarks.cpu import DescendantsCPU
 from benchmarks.jobs import metric_histories, run_job
 from benchmarks.pairs import spread
 
@@ -47,6 +49,7 @@ STARTUP = {
     "startup_s": "start-up, s (`startup_s`: cluster, actors, warm start, first weight sync)",
     "first_step_s": "first step, s",
     "job_wall_s": "whole job, s (process start to exit)",
+    "cpu_s": "CPU-seconds of the job's processes (driver, Ray, actors; `benchmarks/cpu.py`)",
 }
 
 
@@ -67,12 +70,14 @@ def head() -> str:
 
 def measure(name: str, overrides: list[str], out: Path, tree: Path | None, skip: int) -> dict:
     t0 = time.perf_counter()
-    result = run_job(name, overrides, out, tree=tree)
+    with DescendantsCPU() as cpu:
+        result = run_job(name, overrides, out, tree=tree)
     wall = time.perf_counter() - t0
     hist = metric_histories(result, ["return_mean", "time/step_s", "eval/val_return"])
     steady = hist["time/step_s"][skip:] or hist["time/step_s"]
     return {
         "job_wall_s": wall,
+        "cpu_s": cpu.seconds,
         "startup_s": result["startup_s"],
         "first_step_s": hist["time/step_s"][0],
         "s_per_step": result["train_s"] / max(result["steps"], 1),

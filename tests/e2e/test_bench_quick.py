@@ -37,6 +37,7 @@ def test_step_speedup_quick_runs_both_commits_and_they_play_the_same_episodes(tm
     data = run_bench("step_speedup", ["--pairs", "1", "--steps", "3", "--eval-episodes", "200"], tmp_path)
     (pair,) = data["pairs"]
     assert pair["old"]["steps"] == pair["new"]["steps"] == 3
+    assert pair["old"]["cpu_s"] > pair["old"]["startup_s"] / 2  # every process of the job's tree counted, not the driver's alone
     assert math.isfinite(data["ratio"]["median"]) and data["ratio"]["median"] > 0
     assert data["learning"]["steps_identical"] == 3, (pair["old"]["returns"], pair["new"]["returns"])
 
