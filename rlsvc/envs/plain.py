@@ -17,10 +17,21 @@ from typing import Any
 
 class PlainObservation(SimpleNamespace):
     """An environment's observation as its fields: `obs.player_sum`, `obs.done`, `obs.reward`
-    read as on the pydantic object; `model_dump()` gives them as a dict."""
+    read as on the pydantic object; `model_dump()` gives them as a dict, nested models as dicts
+    too (as pydantic's would: transcripts are written as JSON)."""
 
     def model_dump(self) -> dict[str, Any]:
-        return dict(vars(self))
+        return {k: _dump(v) for k, v in vars(self).items()}
+
+
+def _dump(value: Any) -> Any:
+    if hasattr(type(value), "model_fields"):
+        return value.model_dump()
+    if isinstance(value, list | tuple):
+        return [_dump(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _dump(v) for k, v in value.items()}
+    return value
 
 
 def plain(observation: Any) -> Any:

@@ -160,3 +160,36 @@ def test_blackjack_warm_start_is_hit_or_stand_after_the_prompt():
     codec = BlackjackCodec(build_tokenizer("blackjack"))
     [(ids, mask)] = list(warm_start_batches(codec, seed=0, steps=1, batch_size=64))
     assert (mask.sum(dim=1) == 1).all() and set(ids[mask.bool()].tolist()) == set(codec.allowed_token_ids)
+
+
+def test_observations_cross_ray_as_their_fields():
+    """What an env actor sends the driver (rlsvc/envs/plain.py): the fields by name, pickled
+    without OpenEnv's classes; nested models dump as pydantic's would; failures pass as they are."""
+    import pickle
+
+    from pydantic import BaseModel
+
+    from rlsvc.envs.blackjack import BlackjackObservation
+    from rlsvc.envs.plain import PlainObservation, plain
+    from rlsvc.rollout.runner import FailedObservation
+    from rlsvc.tasks.blackjack import BlackjackTask
+
+    obs = BlackjackObservation(player_sum=14, dealer_card=10, usable_ace=False, done=False, reward=None)
+    sent = pickle.loads(pickle.dumps(plain(obs)))
+    assert isinstance(sent, PlainObservation) and b"openenv" not in pickle.dumps(sent)
+    assert (sent.player_sum, sent.dealer_card, sent.usable_ace, sent.done, sent.reward) == (14, 10, False, False, None)
+    task = BlackjackTask()
+    assert task.render(sent) == task.render(obs) and task.prompt_key(sent) == task.prompt_key(obs)
+    assert task.observe(sent) == task.observe(obs)
+
+    class Cell(BaseModel):
+        x: int
+
+    class Board(BaseModel):
+        cells: list[Cell]
+        best: Cell
+
+    board = plain(Board(cells=[Cell(x=1), Cell(x=2)], best=Cell(x=2)))
+    assert board.best.x == 2 and board.model_dump() == {"cells": [{"x": 1}, {"x": 2}], "best": {"x": 2}}
+    failed = FailedObservation("boom")
+    assert plain(failed) is failed
