@@ -11,7 +11,8 @@ workers split each generation call (the R engines share this machine's 2 cores, 
 helps where generation is not already using them); G slot groups (`rollout.slot_groups`) let one
 group's generate call run while another group's env round trip waits.
 
-The policy is the default's untrained one, its answers constrained to hit and stand so that it
+The policy is what a job's engines serve before the first weight sync (the initial folder's
+zero weights: hit and stand equally likely), its answers constrained to hit and stand so that it
 plays whole hands (mean turns and env steps/s are reported). The shapes take turns: every round
 runs each shape once, the order flipped each round, and each shape's speed-up is the median of
 its per-round ratios to the first shape.
@@ -84,7 +85,7 @@ def main() -> None:
     try:
         _, tokenizer, source = prepare_model(cfg)
         codec = BlackjackCodec(tokenizer)
-        # constrained to the two answers (rollout.constrained_actions): the untrained policy
+        # constrained to the two answers (rollout.constrained_actions): the unsynced policy
         # plays real hands, several turns each, instead of ending ~97% of them with an invalid
         # first answer, which would measure resets and generate calls only
         engine = EngineSpec(
