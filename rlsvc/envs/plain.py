@@ -2,7 +2,7 @@
 
 An OpenEnv observation is a pydantic model whose class is built on OpenEnv's base types; Ray
 pickles it by class, so every process that unpickles one imports OpenEnv first (and gradio and
-FastMCP with it: about 6 CPU-seconds, a tenth of a small job's start-up on two cores). The
+FastMCP with it: about 6 CPU-seconds per process, of about 100 for a small job). The
 driver only reads an observation's fields, so the env actor sends those: a `PlainObservation`
 with the same attribute names and values. Failed observations (`FailedObservation` and its
 subclasses) are rlsvc dataclasses and travel as they are.
