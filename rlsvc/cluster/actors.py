@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,23 @@ if TYPE_CHECKING:
     import torch
 
     from rlsvc.trainer.titan_trainer import TitanTrainer
+
+
+def with_env(cls: type, env: dict[str, str]) -> type:
+    """`cls` as an actor class that sets `env` in its process before its constructor runs
+    (cluster/placement.py `env_in_process`), under the same name in the dashboard and state API.
+    Ray's worker has imported torch by then (it registers its zero-copy tensor serializer as it
+    starts), so OpenMP has read its variables already: the thread count is set through torch."""
+
+    class WithEnv(cls):  # type: ignore[valid-type, misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            os.environ.update(env)
+            if "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(int(env["OMP_NUM_THREADS"]))
+            super().__init__(*args, **kwargs)
+
+    WithEnv.__name__, WithEnv.__qualname__, WithEnv.__doc__ = cls.__name__, cls.__qualname__, cls.__doc__
+    return WithEnv
 
 
 def _use_reserved_cores() -> None:

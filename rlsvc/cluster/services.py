@@ -11,7 +11,7 @@ from typing import Any
 
 import ray
 
-from rlsvc.cluster.actors import BufferWorker, EnvWorker, RewardWorker, RolloutWorker, TrainerWorker
+from rlsvc.cluster.actors import BufferWorker, EnvWorker, RewardWorker, RolloutWorker, TrainerWorker, with_env
 from rlsvc.cluster.fleet import RayEnvFleet, RayGenerator
 from rlsvc.cluster.groups import ReferenceModel, ReplayBufferClient, RewardClient, TrainerGroup
 from rlsvc.cluster.placement import Placement, Role, actor_name
@@ -148,7 +148,8 @@ def _wait_name_free(name: str, deadline: float) -> None:
 
 def _actor(cls: type, place: Placement, index: int = 0) -> Any:
     """The constructor of `cls` as a Ray actor with its role's placement options and name."""
-    return ray.remote(cls).options(**place.options(index)).remote  # type: ignore[no-any-return]
+    actor_cls = with_env(cls, place.worker_env()) if place.env_in_process else cls
+    return ray.remote(actor_cls).options(**place.options(index)).remote  # type: ignore[no-any-return]
 
 
 def start_services(cfg: Config, placement: dict[Role, Placement], model_source: dict[str, Any], engine: EngineSpec) -> Services:

@@ -4,11 +4,14 @@ NaN, and steps with a non-finite loss, which are counted and stop the job past a
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
+import torch
 
 from rlsvc.buffer.replay import Episode
-from rlsvc.cluster.placement import GOMP_SPINCOUNT, planned
+from rlsvc.cluster.actors import with_env
+from rlsvc.cluster.placement import GOMP_SPINCOUNT, plan, planned
 from rlsvc.config import load_config
 from rlsvc.loop import NonFiniteGuard, TooManyNonFiniteSteps
 from rlsvc.rewards.rubric import Rubric
@@ -85,7 +88,37 @@ def test_trainer_and_reference_threads_spin_before_sleeping_in_the_synchronous_l
     (GOMP_SPINCOUNT wins over OMP_WAIT_POLICY); every other actor's sleep at once, and so do all
     of them in the asynchronous loop, where rollouts run on the same cores meanwhile."""
     env = {role: p.options(0)["runtime_env"]["env_vars"] for role, p in planned(load_config(None, [])).items()}
+    assert env == {role: p.worker_env() for role, p in planned(load_config(None, [])).items()}
     assert env["trainer"]["GOMP_SPINCOUNT"] == env["reference"]["GOMP_SPINCOUNT"] == GOMP_SPINCOUNT
     assert all("GOMP_SPINCOUNT" not in e for r, e in env.items() if r not in ("trainer", "reference"))
     overlapped = planned(load_config(None, ["rollout.asynchronous=true", "buffer.max_staleness=1"]))
     assert all("GOMP_SPINCOUNT" not in p.options(0)["runtime_env"]["env_vars"] for p in overlapped.values())
+
+
+def test_on_the_local_cluster_a_job_starts_actors_that_do_not_spin_set_their_env_themselves(monkeypatch):
+    """A runtime env makes Ray start an actor's worker through a set-up process. On the cluster a
+    job starts itself (no address), whose processes inherit the driver's WORKER_ENV, the actors
+    that need no GOMP_SPINCOUNT from their first instruction set their env in their constructor
+    (`with_env`): the same variables, the same class name for Ray."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    labels = {"CPU": 8.0, "rlsvc_gpu_node": 1.0, "rlsvc_cpu_node": 1.0}
+    local = plan(load_config(None, []), labels, 1)
+    assert {r for r, p in local.items() if p.env_in_process} == {"rollout", "env", "reward", "buffer"}
+    assert all(("runtime_env" in p.options(0)) != p.env_in_process for p in local.values())
+    joined = plan(load_config(None, ["cluster.address=127.0.0.1:6379"]), labels, 1)
+    assert all(p.options(0)["runtime_env"]["env_vars"] == p.worker_env() for p in joined.values())
+
+    class Probe:
+        def __init__(self, key: str) -> None:
+            self.seen = os.environ.get(key)
+
+    env = {**local["env"].worker_env(), "RLSVC_PROBE": "set"}
+    for key in env:  # restored after the test
+        monkeypatch.setenv(key, os.environ.get(key, ""))
+    threads = torch.get_num_threads()
+    try:
+        cls = with_env(Probe, env)
+        assert (cls.__name__, cls.__qualname__) == ("Probe", Probe.__qualname__)
+        assert cls("RLSVC_PROBE").seen == "set" and torch.get_num_threads() == int(env["OMP_NUM_THREADS"])
+    finally:
+        torch.set_num_threads(threads)
