@@ -71,7 +71,7 @@ class Placement:
     itself, whose processes inherit WORKER_ENV from the driver, and only for roles that do not
     spin: OpenMP has read GOMP_SPINCOUNT before any constructor runs. A runtime env makes Ray
     start every actor's worker through a set-up process and leaves the workers it prestarted
-    unused: seven small actors started without one took about 8 CPU-seconds less here."""
+    unused (the start-up this saves: benchmarks/results/step_speedup_actor_env.md)."""
 
     def worker_env(self) -> dict[str, str]:
         """The environment variables this role's actors run with."""
