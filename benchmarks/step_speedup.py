@@ -18,7 +18,10 @@ Same learning result: the steps' training returns of the two sides are compared 
 (episodes depend only on the seed and the policy, so until the policies differ they are equal),
 and the final greedy returns are reported side by side.
 
-    python -m benchmarks.step_speedup [--base COMMIT] [--pairs 5] [--steps 40] [--label L]
+    python -m benchmarks.step_speedup [--base COMMIT] [--pairs 5] [--steps 40] [--extra key=value ...] [--label L]
+
+`--extra` sets more of the job's config on both sides (e.g. the asynchronous loop with env
+latency: `--extra rollout.asynchronous=true buffer.max_staleness=1 env.step_latency_ms=50`).
 
 Results: benchmarks/results/step_speedup.json (step_speedup_<L>.json with `--label L`), and its
 table in step_speedup.md (and on stdout).
@@ -97,13 +100,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--skip", type=int, default=5, help="first steps left out of the mean step")
     ap.add_argument("--eval-episodes", type=int, default=2000, help="the final evaluation's deals (it runs after the timed loop)")
+    ap.add_argument("--extra", nargs="*", default=[], help="more key=value overrides for both sides")
     ap.add_argument("--label", default="", help="results go to step_speedup_<label>.json/.md instead of step_speedup.json/.md")
     return ap
 
 
 def main() -> None:
     args = parser().parse_args()
-    overrides = [f"run.steps={args.steps}", f"eval.episodes={args.eval_episodes}", "run.time_budget_minutes=60"]
+    overrides = [f"run.steps={args.steps}", f"eval.episodes={args.eval_episodes}", "run.time_budget_minutes=60", *args.extra]
     pairs = []
     with tempfile.TemporaryDirectory(prefix="rlsvc-step-speedup-") as tmp:
         old_tree = Path(tmp) / "base"
@@ -160,7 +164,8 @@ def markdown(data: dict) -> str:
     r, lp, lr = data["ratio"], data["loop_ratio"], data["learning"]
     lines = [
         f"Base `{data['base'][:7]}` vs `{data['head'][:7]}`{' (with uncommitted changes)' if data['head'].endswith('+changes') else ''}; "
-        f"{len(data['pairs'])} alternating pairs of {data['args']['steps']}-step default jobs.",
+        f"{len(data['pairs'])} alternating pairs of {data['args']['steps']}-step default jobs"
+        + (f", with `{' '.join(data['args']['extra'])}`." if data["args"].get("extra") else "."),
         "",
         "| | old | new | old / new (median, min-max) |",
         "|---|---|---|---|",
