@@ -11,7 +11,7 @@ import torch
 
 from rlsvc.buffer.replay import Episode
 from rlsvc.cluster.actors import with_env
-from rlsvc.cluster.placement import GOMP_SPINCOUNT, plan, planned
+from rlsvc.cluster.placement import GOMP_SPINCOUNT, plan, planned, share_cores
 from rlsvc.config import load_config
 from rlsvc.loop import NonFiniteGuard, TooManyNonFiniteSteps
 from rlsvc.rewards.rubric import Rubric
@@ -120,3 +120,25 @@ def test_on_the_local_cluster_a_job_starts_actors_that_do_not_spin_set_their_env
     cls = with_env(Probe, env)
     assert (cls.__name__, cls.__qualname__) == ("Probe", Probe.__qualname__)
     assert cls("RLSVC_PROBE").seen == "set" and threads == [int(env["OMP_NUM_THREADS"])]
+
+
+def test_asynchronous_rollout_workers_and_trainer_ranks_split_the_cores_of_the_jobs_own_cluster(monkeypatch):
+    """In the asynchronous loop the rollout workers and trainer ranks compute at the same time:
+    on the machine a job's own cluster runs on, their threads add up to its cores (the
+    reference runs the trainer's count); the synchronous loop, whose phases take turns, and a
+    joined cluster keep the CPUs each actor reserves."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    labels = {"CPU": 8.0, "rlsvc_gpu_node": 1.0, "rlsvc_cpu_node": 1.0}
+    overlapped = ["rollout.asynchronous=true", "buffer.max_staleness=1"]
+    threads = {r: int(p.worker_env()["OMP_NUM_THREADS"]) for r, p in planned(load_config(None, overlapped)).items()}
+    assert threads["rollout"] == threads["trainer"] == threads["reference"] == 2  # the default reservation
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    local = plan(load_config(None, overlapped), labels, 1)
+    assert {r: int(p.worker_env()["OMP_NUM_THREADS"]) for r, p in local.items()} == {**threads, "rollout": 1, "trainer": 1, "reference": 1}
+    assert plan(load_config(None, []), labels, 1)["rollout"].worker_env()["OMP_NUM_THREADS"] == "2"
+    joined = plan(load_config(None, [*overlapped, "cluster.address=127.0.0.1:6379"]), labels, 1)
+    assert joined["rollout"].worker_env()["OMP_NUM_THREADS"] == "2"
+    # more cores than the actors reserve: each keeps its reservation; more actors than cores: one each
+    wide = planned(load_config(None, [*overlapped, "rollout.num_workers=2"]))
+    assert {r: p.worker_threads for r, p in share_cores(wide, 16).items() if r in ("rollout", "trainer")} == {"rollout": 2, "trainer": 2}
+    assert {r: p.worker_threads for r, p in share_cores(wide, 2).items() if r in ("rollout", "trainer")} == {"rollout": 1, "trainer": 1}
