@@ -10,10 +10,12 @@ phase times come from the job's MLflow run; the wall time is the training loop's
 first step to the last checkpoint, start-up and final evaluation excluded).
 
 Synchronous, the phases follow each other: generation (vLLM calls, as the driver waits on them),
-env (OpenEnv calls), reward + buffer, reference, train, weight sync, periodic validation and
-checkpoints. Asynchronous, the trainer's timeline is: waiting for a played batch (trainer idle),
-reward + buffer, reference, train, staging the new weights, validation, checkpoints; generation
-and env run beside it in the rollout thread and are given as that thread's shares.
+env (OpenEnv calls), scoring (the reward actor's call and the group advantages), buffer (add
+and sample, one round trip), reference, train, weight sync, periodic validation and checkpoints.
+Asynchronous, the trainer's timeline is: waiting for a played batch (trainer idle), buffer,
+reference, train, staging the new weights, validation, checkpoints; generation, env and scoring
+run beside it in the producer's threads and are given as their shares. A phase the job should
+log every step and did not (a renamed metric) stops the benchmark rather than count as overhead.
 
     python -m benchmarks.step_anatomy [--steps 40]
 
@@ -28,11 +30,14 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
-from benchmarks.jobs import metric_sums, run_job
+from benchmarks.jobs import metric_histories, run_job
 
 RESULTS = RESULTS_DIR / "step_anatomy.json"
-SYNC_PHASES = ["generate", "env", "reward", "reference", "train", "sync", "validate", "checkpoint"]
-ASYNC_PHASES = ["trainer_wait", "reward", "reference", "train", "sync", "validate", "checkpoint"]
+SYNC_PHASES = ["generate", "env", "score", "buffer", "reference", "train", "sync", "validate", "checkpoint"]
+ASYNC_PHASES = ["trainer_wait", "buffer", "reference", "train", "sync", "validate", "checkpoint"]
+BESIDE = ("generate", "env", "score")  # asynchronous: the producer's threads, beside the trainer
+# logged only on the steps that validate or checkpoint: absent from a short run
+OCCASIONAL = {"validate", "checkpoint"}
 MODES = {
     "sync": ["rollout.asynchronous=false", "buffer.max_staleness=0"],
     "async (max_staleness=1)": ["rollout.asynchronous=true", "buffer.max_staleness=1"],
@@ -42,8 +47,12 @@ MODES = {
 def anatomy(result: dict, asynchronous: bool) -> dict:
     """Seconds and share of the training loop's wall time per phase, and the overhead."""
     phases = ASYNC_PHASES if asynchronous else SYNC_PHASES
-    keys = [f"time/{p}_s" for p in {*phases, "generate", "env", "rollout", "step"}]
-    sums = metric_sums(result, keys)
+    keys = [f"time/{p}_s" for p in {*phases, *BESIDE, "rollout", "step"}]
+    histories = metric_histories(result, keys)
+    missing = sorted(k for k, v in histories.items() if not v and k.removeprefix("time/").removesuffix("_s") not in OCCASIONAL)
+    if missing:
+        raise SystemExit(f"step_anatomy: the job logged no {', '.join(missing)}: was a phase's metric renamed?")
+    sums = {k: sum(v) for k, v in histories.items()}
     wall = result["train_s"]
     seconds = {p: sums[f"time/{p}_s"] for p in phases}
     row = {
@@ -59,7 +68,7 @@ def anatomy(result: dict, asynchronous: bool) -> dict:
     if not asynchronous:  # the part of the overhead inside the rollout: the runner's own work between calls
         row["rollout_loop_s"] = sums["time/rollout_s"] - sums["time/generate_s"] - sums["time/env_s"]
     else:  # the rollout thread, beside the trainer
-        row["rollout_thread_share"] = {p: sums[f"time/{p}_s"] / wall for p in ("generate", "env")}
+        row["rollout_thread_share"] = {p: sums[f"time/{p}_s"] / wall for p in BESIDE}
     return row
 
 
@@ -68,7 +77,8 @@ def markdown(data: dict) -> str:
     names = {
         "generate": "generation",
         "env": "env",
-        "reward": "reward + buffer",
+        "score": "scoring",
+        "buffer": "buffer",
         "reference": "reference",
         "train": "train",
         "sync": "weight sync",
@@ -76,7 +86,7 @@ def markdown(data: dict) -> str:
         "checkpoint": "checkpoints",
         "trainer_wait": "trainer idle",
     }
-    order = ["generate", "env", "trainer_wait", "reward", "reference", "train", "sync", "validate", "checkpoint"]
+    order = ["generate", "env", "score", "trainer_wait", "buffer", "reference", "train", "sync", "validate", "checkpoint"]
     lines = [
         "| mode | s/step | " + " | ".join(names[p] for p in order) + " | orchestration overhead |",
         "|---|---|" + "---|" * len(order) + "---|",

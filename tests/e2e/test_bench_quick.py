@@ -111,8 +111,14 @@ def test_step_anatomy_quick_phases_and_overhead_add_up_to_the_step(tmp_path: Pat
     for row in data["rows"].values():
         assert row["steps"] == 4 and row["episodes_per_s"] > 0
         assert all(v >= 0 for v in row["seconds"].values())
+        # each step's phases are timed (a metric renamed in the loop would leave its phase at 0)
+        assert all(row["seconds"][p] > 0 for p in ("buffer", "reference", "train", "sync"))
         assert math.isclose(sum(row["seconds"].values()) + row["overhead_s"], row["wall_s"], rel_tol=1e-6)
         assert math.isclose(sum(row["share"].values()) + row["overhead"], 1.0, rel_tol=1e-6)
+    sync, asynchronous = data["rows"]["sync"], data["rows"]["async (max_staleness=1)"]
+    assert all(sync["seconds"][p] > 0 for p in ("generate", "env", "score"))
+    assert all(asynchronous["rollout_thread_share"][p] > 0 for p in ("generate", "env", "score"))
+    assert asynchronous["seconds"]["trainer_wait"] > 0
 
 
 def test_vs_trl_quick_trains_both_frameworks_from_the_same_policy(tmp_path: Path):
