@@ -117,7 +117,7 @@ SUITE = [
         "trl_rep",
         "rlsvc vs TRL GRPOTrainer at a representative size: 28M-parameter Qwen3, multi-token answers",
         "vs_trl_representative",
-        ["--pairs", "2", "--steps", "3"],
+        ["--pairs", "2", "--steps", "8"],
         ["--pairs", "1", "--steps", "2", "--prompts", "2", "--group-size", "4", "--max-tokens", "8", "--layers", "2"],
         900,
     ),
