@@ -37,7 +37,7 @@ SYNC_PHASES = ["generate", "env", "score", "buffer", "reference", "train", "sync
 ASYNC_PHASES = ["trainer_wait", "buffer", "reference", "train", "sync", "validate", "checkpoint"]
 BESIDE = ("generate", "env", "score")  # asynchronous: the producer's threads, beside the trainer
 # logged only on the steps that validate or checkpoint: absent from a short run
-OCCASIONAL = {"validate", "checkpoint"}
+OCCASIONAL = {"time/validate_s", "time/checkpoint_s"}
 MODES = {
     "sync": ["rollout.asynchronous=false", "buffer.max_staleness=0"],
     "async (max_staleness=1)": ["rollout.asynchronous=true", "buffer.max_staleness=1"],
@@ -49,7 +49,7 @@ def anatomy(result: dict, asynchronous: bool) -> dict:
     phases = ASYNC_PHASES if asynchronous else SYNC_PHASES
     keys = [f"time/{p}_s" for p in {*phases, *BESIDE, "rollout", "step"}]
     histories = metric_histories(result, keys)
-    missing = sorted(k for k, v in histories.items() if not v and k.removeprefix("time/").removesuffix("_s") not in OCCASIONAL)
+    missing = sorted(k for k, v in histories.items() if not v and k not in OCCASIONAL)
     if missing:
         raise SystemExit(f"step_anatomy: the job logged no {', '.join(missing)}: was a phase's metric renamed?")
     sums = {k: sum(v) for k, v in histories.items()}
