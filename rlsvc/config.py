@@ -373,6 +373,10 @@ class TrainerConfig(Strict):
     """Compute dtype of forward and backward (weights, optimiser state and gradient reductions stay
     float32): `auto` is bfloat16 where CUDA exists (TorchTitan's mixed-precision recipe, flash
     attention through SDPA), float32 on CPU."""
+    keep_freed_memory: bool = True
+    """Trainer ranks and the reference keep the memory each step frees for the next step instead
+    of returning it to the kernel (glibc `mallopt`, rlsvc/trainer/malloc.py): the pages of a
+    step's activations are not faulted in again every step; the process holds its peak memory."""
 
 
 class BufferConfig(Strict):

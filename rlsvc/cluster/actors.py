@@ -169,7 +169,10 @@ class TrainerWorker(_WeightSyncEndpoint):
         """Build this rank's trainer from `spec` (rlsvc.trainer.titan_trainer.TrainerSpec); with
         `rendezvous`, join the ranks' process group first."""
         from rlsvc.rendezvous import join
+        from rlsvc.trainer.malloc import keep_freed_memory
 
+        if spec.trainer.keep_freed_memory:
+            keep_freed_memory()
         store = None
         if rendezvous is not None:
             store = self._store if self.rank == 0 else join(rendezvous, self.world_size)
