@@ -88,7 +88,7 @@ def measure(name: str, overrides: list[str], out: Path, tree: Path | None, skip:
         "step_s": hist["time/step_s"],
         "returns": hist["return_mean"],
         "val_returns": hist["eval/val_return"],
-        "final_return": result["eval"]["mean_return"],
+        "final_return": result["eval"].get("mean_return"),  # None with --eval-episodes 0
         "steps": result["steps"],
     }
 
@@ -180,9 +180,13 @@ def markdown(data: dict) -> str:
             if f"{k}_ratio" in data  # results written before these were measured lack them
         ),
         "",
-        f"Training returns equal on both sides for the first {lr['steps_identical']} of {lr['steps']} steps; "
-        f"final greedy return old {', '.join(f'{v:+.4f}' for v in lr['old_final_return'])}, "
-        f"new {', '.join(f'{v:+.4f}' for v in lr['new_final_return'])}.",
+        f"Training returns equal on both sides for the first {lr['steps_identical']} of {lr['steps']} steps"
+        + (
+            f"; final greedy return old {', '.join(f'{v:+.4f}' for v in lr['old_final_return'])}, "
+            f"new {', '.join(f'{v:+.4f}' for v in lr['new_final_return'])}."
+            if None not in lr["old_final_return"] + lr["new_final_return"]
+            else " (no final evaluation: `--eval-episodes 0`)."
+        ),
     ]
     return "\n".join(lines)
 
