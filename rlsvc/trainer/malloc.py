@@ -4,9 +4,10 @@ glibc's malloc serves every request above its mmap threshold (32 MB at most) wit
 mapping and unmaps it on free, and hands the top of its heap back to the kernel once more than
 its trim threshold lies free there. A training step allocates its activations, logits and
 gradients and frees them at its end, so every step the kernel maps, zero-fills and faults in the
-same gigabytes again. Seen on the 28M-parameter model of benchmarks/vs_trl_representative.py:
-the trainer's resident memory went 1 -> 3 GB and back every step, and in the first steps up to
-70% of its CPU time was the kernel's (psutil, user vs system time). With mmap and trimming off,
+same pages again. Seen on the 28M-parameter model of benchmarks/vs_trl_representative.py: the
+trainer's resident memory grew by about 2 GB over its first two steps and rose and fell by
+hundreds of MB in every step after, and in the first steps up to 70% of its CPU time was the
+kernel's (psutil, user vs system time). With mmap and trimming off,
 freed blocks stay in the heap and the next step's allocations reuse them; the process keeps
 its peak memory, as jemalloc or tcmalloc would.
 """
@@ -20,7 +21,7 @@ import sys
 # mallopt(3) parameters (malloc.h)
 M_TRIM_THRESHOLD = -1
 M_MMAP_MAX = -4
-NEVER_TRIM = 2**31 - 1  # mallopt takes an int: free memory at the heap's top is never returned below this
+NEVER_TRIM = 2**31 - 1  # the largest int mallopt takes: the heap's top is trimmed only once 2 GB lie free there
 
 
 def keep_freed_memory() -> bool:
