@@ -27,6 +27,7 @@ from rlsvc.cluster.placement import pack, plan
 from rlsvc.cluster.ray_setup import cluster_view, connect, node_resources, submission_metadata
 from rlsvc.cluster.services import Services, start_services
 from rlsvc.config import Config, flatten, to_yaml
+from rlsvc.heap import freeze_startup_heap
 from rlsvc.loop import GRPOLoop
 from rlsvc.models.spec import ModelSpec, ScratchModel
 from rlsvc.policy_io import TaskCodec, make_codec
@@ -165,6 +166,7 @@ def train(
     else:
         ledger(rewind_to=at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone
     ray_metrics = RayStepMetrics(folder.name, loop.sync.kind or cfg.weight_sync.type)
+    freeze_startup_heap()  # full GC passes over the start-up objects stalled every driver thread
     with Progress(
         TextColumn("step"),
         MofNCompleteColumn(),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 
 from rlsvc.envs.plain import plain_all
+from rlsvc.heap import freeze_startup_heap
 
 if TYPE_CHECKING:
     import torch
@@ -91,6 +92,7 @@ class RolloutWorker(_WeightSyncEndpoint):
 
         self.engine = VLLMEngine(materialise(source), **spec.engine_kwargs())
         self.spec = spec
+        freeze_startup_heap()  # vLLM's and torch's objects: not walked by every full GC pass
 
     def generate(self, prompts: list[list[int]], seeds: list[int], greedy: bool = False, max_tokens: list[int] | None = None) -> list[dict]:
         """`max_tokens`: a budget per prompt instead of the spec's one."""
@@ -177,6 +179,7 @@ class TrainerWorker(_WeightSyncEndpoint):
         if rendezvous is not None:
             store = self._store if self.rank == 0 else join(rendezvous, self.world_size)
         self.trainer = spec.build(rank=self.rank, world_size=self.world_size, dist_store=store, init_hf_state_dict=init_hf_state_dict)
+        freeze_startup_heap()
         return True
 
     # the plain trainer's endpoints (rlsvc/trainer/titan_trainer.py), one thin forward each;
@@ -289,6 +292,7 @@ class EnvWorker:
         # on the dead one cannot go on here (cluster/fleet.py counts it lost).
         self.restarted = ray.get_runtime_context().was_current_actor_reconstructed
         self.reset_here: set[int] = set()
+        freeze_startup_heap()
 
     # Observations leave as plain data (rlsvc/envs/plain.py): unpickling OpenEnv's pydantic types
     # would make the driver import OpenEnv.
