@@ -344,8 +344,8 @@ class BufferWorker:
 
         self.buffer = ReplayBuffer(capacity)
 
-    def add_and_sample(self, episodes: list, n: int) -> tuple[int, list]:
-        return self.buffer.add_and_sample(episodes, n)
+    def add_and_take(self, episodes: list, n: int) -> tuple[int, list]:
+        return self.buffer.add_and_take(episodes, n)
 
     def snapshot(self) -> dict:
         return self.buffer.snapshot()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import ray
 import torch
 
-from rlsvc.buffer.replay import Episode
+from rlsvc.buffer.replay import Episode, ReplayBuffer
 from rlsvc.trainer.batch import split_batch
 
 if TYPE_CHECKING:
@@ -114,8 +114,10 @@ class ReplayBufferClient:
         self.actor = actor
 
     def add_and_sample(self, episodes: list[Episode], n: int) -> tuple[int, list[Episode]]:
-        """Add scored episodes and take the oldest `n`, in one round trip: (depth left, taken)."""
-        return ray.get(self.actor.add_and_sample.remote(episodes, n))  # type: ignore[no-any-return]
+        """Add scored episodes and take the oldest `n`, in one round trip: (depth left, taken).
+        Taken episodes that were just added do not travel back (`ReplayBuffer.add_and_take`)."""
+        depth, taken = ray.get(self.actor.add_and_take.remote(episodes, n))
+        return depth, ReplayBuffer.resolve(episodes, taken)
 
     def snapshot(self) -> dict:
         return ray.get(self.actor.snapshot.remote())  # type: ignore[no-any-return]

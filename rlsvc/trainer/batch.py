@@ -8,40 +8,68 @@ tokens. Every row carries its episode's advantage. With `sequence` normalisation
 
 from __future__ import annotations
 
+import itertools
+
+import numpy as np
 import torch
 
 from rlsvc.buffer.replay import Episode
 
 
 def build_batch(episodes: list[Episode], pad_id: int, normalization: str = "token") -> dict[str, torch.Tensor]:
-    rows: list[tuple[list[int], list[tuple[int, list[float]]], float, float]] = []  # ids, (start, logprobs) spans
+    # Rows are gathered as flat lists and scattered into the padded tensors with one numpy
+    # assignment per tensor: a batch of 512 BlackJack episodes is ~800 rows, and per-row tensor
+    # writes cost the driver's GIL about 12 ms a batch (measured with py-spy, asynchronous job).
+    ids_of: list[list[int]] = []
+    spans: list[tuple[int, int, list[float], float]] = []  # (row, start, logprobs, mask weight)
+    advantages: list[float] = []
     for ep in episodes:
         if ep.continued:
             ids: list[int] = []
-            spans = []
+            row = len(ids_of)
             for prompt, resp, lps in zip(ep.prompts, ep.responses, ep.logprobs):
                 ids += prompt
-                spans.append((len(ids), lps))
+                spans.append((row, len(ids), lps, 1.0))
                 ids += resp
-            rows.append((ids, spans, ep.advantage, 1.0))
+            ids_of.append(ids)
+            advantages.append(ep.advantage)
             continue
         weight = 1.0 / max(len(ep.prompts), 1) if normalization == "sequence" else 1.0
         for prompt, resp, lps in zip(ep.prompts, ep.responses, ep.logprobs):
-            rows.append((prompt + resp, [(len(prompt), lps)], ep.advantage, weight))
-    width = max(len(ids) for ids, *_ in rows)
-    n = len(rows)
-    input_ids = torch.full((n, width), pad_id, dtype=torch.long)
-    loss_mask = torch.zeros((n, width), dtype=torch.float32)
-    old_logprobs = torch.zeros((n, width), dtype=torch.float32)
-    advantages = torch.zeros(n, dtype=torch.float32)
-    lengths = torch.tensor([len(ids) for ids, *_ in rows], dtype=torch.long)  # before the padding
-    for i, (ids, spans, adv, weight) in enumerate(rows):
-        input_ids[i, : len(ids)] = torch.tensor(ids)
-        for start, lps in spans:
-            loss_mask[i, start : start + len(lps)] = weight
-            old_logprobs[i, start : start + len(lps)] = torch.tensor(lps, dtype=torch.float32)
-        advantages[i] = adv
-    return {"input_ids": input_ids, "loss_mask": loss_mask, "old_logprobs": old_logprobs, "advantages": advantages, "lengths": lengths}
+            spans.append((len(ids_of), len(prompt), lps, weight))
+            ids_of.append(prompt + resp)
+            advantages.append(ep.advantage)
+    n = len(ids_of)
+    lengths = np.fromiter((len(ids) for ids in ids_of), dtype=np.int64, count=n)
+    width = int(lengths.max())
+    input_ids = np.full((n, width), pad_id, dtype=np.int64)
+    input_ids[_rows(lengths), _columns(lengths, np.zeros(n, dtype=np.int64))] = list(itertools.chain.from_iterable(ids_of))
+    span_lengths = np.fromiter((len(lps) for _, _, lps, _ in spans), dtype=np.int64, count=len(spans))
+    span_rows = np.fromiter((row for row, *_ in spans), dtype=np.int64, count=len(spans))
+    span_starts = np.fromiter((start for _, start, _, _ in spans), dtype=np.int64, count=len(spans))
+    where = (np.repeat(span_rows, span_lengths), _columns(span_lengths, span_starts))
+    loss_mask = np.zeros((n, width), dtype=np.float32)
+    loss_mask[where] = np.repeat(np.fromiter((w for *_, w in spans), dtype=np.float32, count=len(spans)), span_lengths)
+    old_logprobs = np.zeros((n, width), dtype=np.float32)
+    old_logprobs[where] = list(itertools.chain.from_iterable(lps for _, _, lps, _ in spans))
+    return {
+        "input_ids": torch.from_numpy(input_ids),
+        "loss_mask": torch.from_numpy(loss_mask),
+        "old_logprobs": torch.from_numpy(old_logprobs),
+        "advantages": torch.tensor(advantages, dtype=torch.float32),
+        "lengths": torch.from_numpy(lengths),  # before the padding
+    }
+
+
+def _rows(lengths: np.ndarray) -> np.ndarray:
+    """Row index of every element of runs of `lengths`: [2, 1] -> [0, 0, 1]."""
+    return np.repeat(np.arange(len(lengths)), lengths)
+
+
+def _columns(lengths: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Column of every element of runs of `lengths` beginning at `starts`: ([2, 1], [0, 5]) -> [0, 1, 5]."""
+    ends = np.cumsum(lengths)
+    return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths - starts, lengths)
 
 
 def split_batch(batch: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:

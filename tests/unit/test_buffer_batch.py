@@ -1,3 +1,5 @@
+import pickle
+
 import pytest
 import torch
 
@@ -36,6 +38,21 @@ def test_buffer_is_fifo_within_its_capacity():
         ReplayBuffer(capacity=0)
 
 
+def test_add_and_take_sends_back_only_what_the_caller_does_not_hold():
+    """The buffer actor's call: episodes this call added come back as their index (the driver
+    holds them), older ones in full; `resolve` makes one list of episodes again, in FIFO order."""
+    buf = ReplayBuffer(capacity=10)
+    older = _ep(0, group=7)
+    buf.add([older])
+    new = [_ep(1, group=g) for g in range(3)]
+    across = pickle.loads(pickle.dumps(new))  # what the actor receives: copies
+    depth, taken = buf.add_and_take(across, 3)
+    assert depth == 1 and taken[0] is older and taken[1:] == [0, 1]
+    assert ReplayBuffer.resolve(new, taken) == [older, new[0], new[1]]
+    assert ReplayBuffer.resolve(new, taken)[1] is new[0]
+    assert [e.group_id for e in buf.sample(5)] == [2]
+
+
 def test_rubric_invalid_penalty():
     rub = blackjack_rubric(-1.5)
     ok, bad = _ep(0), _ep(0)
@@ -64,6 +81,14 @@ def test_build_batch_masks_and_sequence_weights():
     assert batch["old_logprobs"][0, 3].item() == -0.5
     seq = build_batch([a, b], pad_id=0, normalization="sequence")
     assert seq["loss_mask"][:, 3].tolist() == [0.5, 0.5, 1.0]  # each episode sums to 1
+    cont = Episode(group_id=0, policy_version=0, continued=True, advantage=2.0)
+    cont.prompts, cont.responses, cont.logprobs = [[1, 5], [7]], [[11, 12], [13]], [[-0.1, -0.2], [-0.3]]
+    mixed = build_batch([cont, b], pad_id=0)
+    assert mixed["input_ids"].tolist() == [[1, 5, 11, 12, 7, 13], [1, 5, 6, 11, 0, 0]]
+    assert mixed["loss_mask"].tolist() == [[0, 0, 1, 1, 0, 1], [0, 0, 0, 1, 0, 0]]
+    assert torch.allclose(mixed["old_logprobs"][0], torch.tensor([0, 0, -0.1, -0.2, 0, -0.3]))
+    assert mixed["lengths"].tolist() == [6, 4] and mixed["advantages"].tolist() == [2.0, -1.0]
+    assert mixed["input_ids"].dtype == torch.long and mixed["loss_mask"].dtype == torch.float32
     parts = split_batch(batch, 2)
     assert [p["input_ids"].shape[0] for p in parts] == [2, 1] and torch.equal(
         torch.cat([p["advantages"] for p in parts]), batch["advantages"]
