@@ -55,29 +55,10 @@ class PlayedBatch:
     """Rewards and advantages, filled by the producer's scorer thread."""
 
 
-@dataclass
-class _Groups:
-    """Groups of batch `index` whose every episode has ended: the scorer takes them while the
-    rest of the batch plays."""
-
-    index: int
-    episodes: list[Episode]
-
-
-@dataclass
-class _Scoring:
-    """What the scorer has made of a batch's ended groups so far."""
-
-    kept: set[int] = field(default_factory=set)  # id() of the scored episodes
-    counts: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
-
-
 class RolloutProducer:
     """The producer thread: streams batches through the runner (a `BatchStream`), applying newer
-    staged weights between rounds. Its scorer thread scores each group of a batch once its
-    episodes have ended (`AsyncGRPOLoop.score_groups`: rewards, advantages, the reference's rows
-    into its cache), so when a batch's last hand ends only its last groups are left to score and
+    staged weights between rounds. Its scorer thread scores each batch as it completes
+    (`AsyncGRPOLoop.score_batch`: rewards, advantages, the reference's rows into its cache), so
     the trainer's step starts at the buffer."""
 
     def __init__(self, loop: GRPOLoop, first_batch: int, engine_version: int) -> None:
@@ -85,8 +66,7 @@ class RolloutProducer:
         self.k = loop.cfg.buffer.max_staleness
         self.engine_version = engine_version
         self.batches: queue.Queue[PlayedBatch | BaseException] = queue.Queue()  # scored, for the trainer
-        # for the scorer, in order: a batch's ended groups, then the batch; None: stop
-        self.played: queue.Queue[_Groups | PlayedBatch | None] = queue.Queue()
+        self.played: queue.Queue[PlayedBatch | None] = queue.Queue()  # for the scorer; None: stop
         # held while weights are applied; the trainer stages under it, so a transport's staged
         # buffer is never rewritten while workers read it
         self.apply_lock = threading.Lock()
@@ -162,38 +142,14 @@ class RolloutProducer:
             self.batches.put(err)
 
     def _score(self) -> None:
-        """Groups as they end, scored in one call with every other group ended meanwhile; a batch,
-        once its last group is scored, handed to the trainer (in the order batches complete)."""
-        scoring: dict[int, _Scoring] = {}
-        while (item := self.played.get()) is not None and not self._stop:
+        """Batches in the order they complete: scored, then handed to the trainer."""
+        while (batch := self.played.get()) is not None and not self._stop:
             try:
-                if isinstance(item, PlayedBatch):
-                    self.batches.put(self._scored(item, scoring.pop(item.index, _Scoring())))
-                    continue
-                chunk = [item]  # the groups that ended while the last call ran, of this batch
-                while True:
-                    with self.played.mutex:  # a look at the next item, which only this thread takes
-                        more = self.played.queue[0] if self.played.queue else None
-                    if not isinstance(more, _Groups) or more.index != item.index:
-                        break
-                    chunk.append(self.played.get())
-                t0 = time.perf_counter()
-                kept, counts = self.loop.score_groups([ep for c in chunk for ep in c.episodes])
-                part = scoring.setdefault(item.index, _Scoring())
-                part.kept.update(id(ep) for ep in kept)
-                part.counts = {k: part.counts.get(k, 0.0) + v for k, v in counts.items()}
-                part.seconds += time.perf_counter() - t0
+                batch.scored = self.loop.score_batch(batch.episodes)
             except BaseException as err:  # surfaced to the trainer thread by next_batch()
                 self.batches.put(err)
                 return
-
-    def _scored(self, batch: PlayedBatch, part: _Scoring) -> PlayedBatch:
-        """The batch with its groups' scores put together, episodes in the order played."""
-        t0 = time.perf_counter()
-        episodes = [ep for ep in batch.episodes if id(ep) in part.kept]
-        faults = {**part.counts, **self.loop.fleet_faults()}
-        batch.scored = ScoredBatch(batch.episodes, episodes, faults, part.seconds + time.perf_counter() - t0)
-        return batch
+            self.batches.put(batch)
 
 
 @dataclass
@@ -205,7 +161,6 @@ class _Open:
     started: float
     left: int = 0
     taken: int = 0
-    group_left: dict[int, int] = field(default_factory=dict)  # group id -> its episodes not ended
 
 
 class BatchStream:
@@ -249,18 +204,11 @@ class BatchStream:
         loop, version = self.loop, self.producer.engine_version
         jobs = loop.runner.jobs(loop.groups(b), loop.cfg.grpo.group_size, version, loop.sample_seed(b), batch=b)
         self._open[b] = opened = _Open(jobs, version, time.perf_counter(), left=len(jobs))
-        for job in jobs:
-            opened.group_left[job.episode.group_id] = opened.group_left.get(job.episode.group_id, 0) + 1
         return opened
 
     def finished(self, job: Job) -> None:
         with self._lock:
-            opened = self._open[job.batch]
-            opened.left -= 1
-            gid = job.episode.group_id
-            opened.group_left[gid] -= 1
-            if opened.group_left[gid] == 0:  # to the scorer now, before its batch below
-                self.producer.played.put(_Groups(job.batch, [j.episode for j in opened.jobs if j.episode.group_id == gid]))
+            self._open[job.batch].left -= 1
             while (done := self._open.get(self._next_done)) is not None and done.left == 0:
                 del self._open[self._next_done]
                 timing = self.loop.runner.timing()
@@ -296,17 +244,19 @@ class AsyncGRPOLoop(GRPOLoop):
     _last_step_end: float = 0.0
     _idle_mark: float = 0.0
 
-    def score_groups(self, played: list[Episode]) -> tuple[list[Episode], dict[str, float]]:
-        """Rewards and advantages, then the reference's logprobs of the groups' rows into the
-        reference cache: this runs on the scorer thread, beside the rollouts and the trainer,
-        and the trainer's step then finds every row there (the reference is frozen: which thread
-        asks, in which batch, does not change the answer beyond float rounding)."""
-        scored, counts = super().score_groups(played)
+    def score_batch(self, played: list[Episode]) -> ScoredBatch:
+        """Rewards and advantages, then the reference's logprobs of the batch's rows into the
+        reference cache: this runs on the scorer thread, beside the trainer, and the trainer's
+        step then finds every row there (the reference is frozen: which thread asks does not
+        change the answer)."""
+        scored = super().score_batch(played)
         reference = self.svc.reference_model
-        if reference is not None and scored:
-            rows = build_batch(scored, PAD_ID, self.cfg.grpo.normalization)
+        if reference is not None and scored.episodes:
+            t0 = time.perf_counter()
+            rows = build_batch(scored.episodes, PAD_ID, self.cfg.grpo.normalization)
             self.reference_cache.logprobs(reference.logprobs, rows["input_ids"], self.allowed, rows["lengths"])
-        return scored, counts
+            scored.score_s += time.perf_counter() - t0
+        return scored
 
     def start(self) -> None:
         """Begin producing; call after the first weights are live in the engines."""

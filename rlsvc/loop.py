@@ -287,33 +287,23 @@ class GRPOLoop:
 
     def score_batch(self, played: list[Episode]) -> ScoredBatch:
         """docs/design.md, steps 3-4: rewards (the reward actor) and group advantages; groups
-        with an episode that could not be played or scored are left out."""
+        with an episode that could not be played or scored are left out. The asynchronous loop
+        runs this beside the trainer as each batch completes."""
         t0 = time.perf_counter()
-        episodes, counts = self.score_groups(played)
-        return ScoredBatch(played, episodes, {**counts, **self.fleet_faults()}, time.perf_counter() - t0)
-
-    def score_groups(self, played: list[Episode]) -> tuple[list[Episode], dict[str, float]]:
-        """`score_batch` on whole groups (each group's episodes all in `played`): the scored
-        episodes, and the fault counts, which add up over parts of a batch. The asynchronous
-        loop scores a batch's groups as they end, beside the rest of the batch."""
+        svc = self.svc
         env_failures = sum(ep.failed for ep in played)
         episodes, dropped = drop_failed_groups(played)
-        episodes, dropped_scoring, reward_errors = score(self.svc.reward_client, episodes)
-        assign_advantages(episodes, self.cfg.grpo.group_size, self.cfg.grpo.normalize_std)
-        return episodes, {
+        episodes, dropped_scoring, reward_errors = score(svc.reward_client, episodes)
+        faults = {
             "groups_dropped": float(dropped + dropped_scoring),
             "failed_episodes": float(env_failures),
             "reward_errors": float(reward_errors),
-        }
-
-    def fleet_faults(self) -> dict[str, float]:
-        """The env actors' failures since the last call, and their sessions' counters."""
-        fleet = self.svc.fleet
-        return {
-            "env_actor_failures": float(getattr(fleet, "take_failures", lambda: 0)()),
+            "env_actor_failures": float(getattr(svc.fleet, "take_failures", lambda: 0)()),
             # the env actors' sessions, cumulative: a remote server that went away shows here
-            **{f"env/{k}": float(v) for k, v in getattr(fleet, "session_stats", dict)().items() if k != "open_sessions"},
+            **{f"env/{k}": float(v) for k, v in getattr(svc.fleet, "session_stats", dict)().items() if k != "open_sessions"},
         }
+        assign_advantages(episodes, self.cfg.grpo.group_size, self.cfg.grpo.normalize_std)
+        return ScoredBatch(played, episodes, faults, time.perf_counter() - t0)
 
     def learn_scored(self, scored: ScoredBatch) -> dict[str, float]:
         """docs/design.md, steps 5-6: through the buffer, the reference's logprobs, one optimiser

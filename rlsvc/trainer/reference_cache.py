@@ -10,7 +10,7 @@ A cached row's logprobs were computed in another batch, whose padding and micro-
 equal to about 1e-7 (float rounding), not bit for bit. The cache holds at most `max_tokens`
 tokens (least recently used rows leave first) and must be cleared when the reference's weights
 change (`clear`). It is thread-safe: the asynchronous loop's scorer thread fills it with each
-batch's rows (`AsyncGRPOLoop.score_groups`) while the trainer thread reads it.
+batch's rows (`AsyncGRPOLoop.score_batch`) while the trainer thread reads it.
 """
 
 from __future__ import annotations

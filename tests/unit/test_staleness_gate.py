@@ -16,6 +16,7 @@ from conftest import RulesFleet
 from test_rollout_runner import SeededRandom
 
 from rlsvc.async_loop import RolloutProducer
+from rlsvc.loop import ScoredBatch
 from rlsvc.models.tokenizer import build_tokenizer
 from rlsvc.policy_io import BlackjackCodec
 from rlsvc.rollout.runner import RolloutRunner
@@ -59,23 +60,13 @@ class Sync:
 
 def _loop(runner: RolloutRunner, staleness: int, sync: Sync) -> SimpleNamespace:
     cfg = SimpleNamespace(buffer=SimpleNamespace(max_staleness=staleness), grpo=SimpleNamespace(group_size=GROUP_SIZE))
-    calls: list[list] = []
-
-    def score_groups(played):  # the reward step, in the scorer thread: every third group is left out
-        assert len(played) % GROUP_SIZE == 0 and len({e.group_id for e in played}) == len(played) // GROUP_SIZE  # whole groups
-        calls.append(played)
-        dropped = {e.group_id for e in played if e.group_id % 3 == 0}
-        return [e for e in played if e.group_id not in dropped], {"groups_dropped": float(len(dropped))}
-
     return SimpleNamespace(
         cfg=cfg,
         runner=runner,
         sync=sync,
         groups=lambda b: [(b * GROUPS + g, 500 + b * GROUPS + g) for g in range(GROUPS)],
         sample_seed=lambda b: b * SEED_STRIDE,
-        score_groups=score_groups,
-        score_calls=calls,
-        fleet_faults=dict,
+        score_batch=lambda played: ScoredBatch(played, played, {}, 0.0),  # the reward step, in the scorer thread
     )
 
 
@@ -99,9 +90,7 @@ def test_batches_stream_in_order_overlap_and_load_weights_between_rounds():
         for b in range(4):  # the trainer: learn from batch b (at version b), publish version b + 1
             batch = producer.next_batch(timeout_s=60)
             assert batch.index == b and batch.version >= b - 1 and all(e.policy_version == batch.version for e in batch.episodes)
-            # scored group by group as they ended, put together in the order played
-            assert batch.scored is not None and batch.scored.episodes == [e for e in batch.episodes if e.group_id % 3]
-            assert batch.scored.faults == {"groups_dropped": 2.0}
+            assert batch.scored is not None and batch.scored.episodes == batch.episodes
             batches.append(batch)
             producer.publish(_staged(b + 1))
     finally:
@@ -113,11 +102,6 @@ def test_batches_stream_in_order_overlap_and_load_weights_between_rounds():
         played = alone.collect(loop.groups(b), GROUP_SIZE, version=0, sample_seed=loop.sample_seed(b))
         assert _episodes(batch.episodes) == _episodes(played)
     assert any(len(call) == 2 for call in gen.calls)  # a call carried two batches' episodes
-    # a batch's groups were scored in more than one call (the first ones while the rest played),
-    # and each episode once
-    calls_of = [[c for c in loop.score_calls if c[0].group_id // GROUPS == b] for b in range(4)]
-    assert any(len(calls) > 1 for calls in calls_of)
-    assert all(sorted(id(e) for c in calls for e in c) == sorted(id(e) for e in batch.episodes) for calls, batch in zip(calls_of, batches))
     assert sync.in_flight_at_apply and set(sync.in_flight_at_apply) == {0}
     assert producer.engine_version >= 3
 
