@@ -1,4 +1,6 @@
-"""The driver's Python heap, kept out of the cyclic garbage collector's full passes.
+"""A process's start-up heap, kept out of the cyclic garbage collector's full passes: the
+driver's (rlsvc/job.py, before the training loop) and the rollout, trainer and env actors'
+(rlsvc/cluster/actors.py, after their set-up).
 
 By the time the training loop starts, the driver holds about 900k Python objects (Ray, MLflow,
 torch, the task, the run's set-up), nearly all of them alive until the job ends. CPython's full
