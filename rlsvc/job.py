@@ -278,7 +278,6 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         run_dir.name,
         cfg.tracking.system_metrics_interval_s,
         run_id=resume.state["mlflow_run_id"] if resume else None,
-        metric_process=True,
     )
     conn = None
     svc: Services | None = None
@@ -423,14 +422,12 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         summary(console, cfg, loop.version, saved_version, last, result, checkpoint, tracker, total_s, model_uri)
         return 0
     finally:
-        try:
-            tracker.finish(status)
-        finally:  # the cluster stops even when the run's last metrics could not be written
-            if svc is not None:
-                svc.stop()
-            if conn is not None:
-                conn.shutdown()
-            preemption.uninstall()
+        tracker.finish(status)
+        if svc is not None:
+            svc.stop()
+        if conn is not None:
+            conn.shutdown()
+        preemption.uninstall()
 
 
 def resumed_tags(tracker: MlflowTracker, cfg: Config, resume: ResumePoint) -> dict[str, str]:
