@@ -365,6 +365,10 @@ class TrainerConfig(Strict):
     """Padded tokens per forward pass. A larger batch is sorted by row length and run in parts,
     each trimmed to its longest row, gradients accumulating: the same optimiser step with far
     less padding when a few long multi-turn rows would set the width of all."""
+    share_prefixes: bool = True
+    """Rows sharing a prefix (a GRPO group's prompt) compute it once in the trainer's and the
+    reference's forward passes: packed into one sequence with an attention mask
+    (rlsvc/models/packing.py), the same logits from fewer tokens; false: every row as it is."""
     num_cpus: float = Field(2.0, gt=0)
     """Ray CPUs per trainer rank (also its thread count)."""
     num_gpus: float = Field(0.0, ge=0)

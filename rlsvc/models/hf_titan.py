@@ -11,8 +11,8 @@ own dimensions build it (named flavours rarely match a real checkpoint's shapes)
   q/k norm and with q/k/v bias, and `Qwen2StateDictAdapter` below.
 
 Deliberate choices, as in `rlsvc/models/titan.py`: unfused q/k/v (one-to-one with q_proj/k_proj/
-v_proj, and `get_model_state_dict` works under FSDP2) and a causal `ScaledDotProductAttention`
-(FlexAttention has no CPU backward; sequences are right-padded). Embeddings are tied where the
+v_proj, and `get_model_state_dict` works under FSDP2) and `MaskableSDPA` (causal SDPA, or the
+trainer's shared-prefix packing mask; FlexAttention has no CPU backward; sequences are right-padded). Embeddings are tied where the
 config ties them. Importing this module costs nothing: torch and TorchTitan load inside functions.
 """
 
@@ -68,12 +68,13 @@ def head_dim(hf: dict[str, Any]) -> int:
 def titan_config(hf: dict[str, Any], max_seq_len: int) -> Any:
     """The TorchTitan model config with the checkpoint's exact dimensions."""
     from torchtitan.models.common import ComplexRoPE, CosSinRoPE, Embedding, Linear
-    from torchtitan.models.common.attention import ScaledDotProductAttention
     from torchtitan.models.common.config_utils import make_ffn_config, make_gqa_config
     from torchtitan.models.common.nn_modules import RMSNorm
     from torchtitan.models.llama3 import Llama3Model, Llama3TransformerBlock
     from torchtitan.models.qwen3 import Qwen3Model
     from torchtitan.models.qwen3.model import Qwen3TransformerBlock
+
+    from rlsvc.models.attention import MaskableSDPA
 
     kind, dim, hd = hf["model_type"], int(hf["hidden_size"]), head_dim(hf)
     eps = float(hf.get("rms_norm_eps", 1e-6))
@@ -102,7 +103,7 @@ def titan_config(hf: dict[str, Any], max_seq_len: int) -> Any:
             head_dim=hd,
             wqkv_param_init=init["linear"],
             wo_param_init=init["linear"],
-            inner_attention=ScaledDotProductAttention.Config(),
+            inner_attention=MaskableSDPA.Config(),
             fuse_qkv=False,
             rope=rope,
             qk_norm=norm(hd) if kind == "qwen3" else None,

@@ -5,9 +5,10 @@ The model is assembled from TorchTitan 0.3.0's config dataclasses (the same buil
 
 - `fuse_qkv=False`: separate wq/wk/wv keep `get_model_state_dict` working under FSDP2 and map
   one-to-one onto Hugging Face's q_proj/k_proj/v_proj.
-- inner attention = `ScaledDotProductAttention` (causal): FlexAttention has no CPU backward and
-  varlen needs flash kernels, and our sequences are short and unpacked, so a plain causal mask is
-  all we need. Sequences must therefore be RIGHT-padded: pads after the last real token cannot
+- inner attention = `MaskableSDPA` (rlsvc/models/attention.py): TorchTitan's causal
+  `ScaledDotProductAttention`, which also takes a dense mask for the trainer's shared-prefix
+  packing (rlsvc/models/packing.py); FlexAttention has no CPU backward and varlen needs flash
+  kernels. Unpacked sequences must be RIGHT-padded: pads after the last real token cannot
   influence earlier positions under a causal mask.
 """
 
@@ -77,9 +78,10 @@ def _inits(cfg: ModelConfig) -> dict[str, dict]:
 
 def _layer_config(cfg: ModelConfig, layer_id: int, inits: dict[str, dict]):
     from torchtitan.models.common import ComplexRoPE, RMSNorm
-    from torchtitan.models.common.attention import ScaledDotProductAttention
     from torchtitan.models.common.config_utils import make_ffn_config, make_gqa_config
     from torchtitan.models.llama3 import Llama3TransformerBlock
+
+    from rlsvc.models.attention import MaskableSDPA
 
     rope = ComplexRoPE.Config(dim=cfg.head_dim, max_seq_len=cfg.max_seq_len, theta=cfg.rope_theta)
     return Llama3TransformerBlock.Config(
@@ -91,7 +93,7 @@ def _layer_config(cfg: ModelConfig, layer_id: int, inits: dict[str, dict]):
             n_kv_heads=cfg.n_kv_heads,
             wqkv_param_init=inits["linear"],
             wo_param_init=inits[f"depth{layer_id}"],
-            inner_attention=ScaledDotProductAttention.Config(),
+            inner_attention=MaskableSDPA.Config(),
             fuse_qkv=False,
             rope=rope,
         ),
@@ -139,9 +141,17 @@ def build_model(cfg: ModelConfig, seed: int = 0, device: str | torch.device = "c
     return model.to(device=torch.device(device))
 
 
-def forward(model: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
-    """Logits [N, T, V] for right-padded token ids [N, T] (positions default to 0..T-1)."""
-    return model(input_ids)
+def forward(model: nn.Module, input_ids: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits [N, T, V] for right-padded token ids [N, T] (positions default to 0..T-1). With
+    the rows' `lengths`, rows sharing a prefix are packed (rlsvc/models/packing.py) where that
+    saves work: the logits at a row's last token and at its padding are then not computed (those
+    positions hold another position's logits; nothing reads them)."""
+    from rlsvc.models.packing import plan, unpack
+
+    packed = plan(input_ids, lengths) if lengths is not None else None
+    if packed is None:
+        return model(input_ids)
+    return unpack(model(packed.ids, positions=packed.positions, attention_masks=packed.mask), packed)
 
 
 def parameter_count(model: nn.Module) -> int:

@@ -83,6 +83,7 @@ class _PolicyBase:
     model: nn.Module
     sharded: bool = False
     micro_batch_tokens: int = MICRO_BATCH_TOKENS
+    share_prefixes: bool = True  # trainer.share_prefixes
 
     def _max_over_ranks(self, value: int) -> int:
         return value
@@ -102,11 +103,13 @@ class _PolicyBase:
         chunks = [(c, False) if len(c) else (order[:1], True) for c in torch.tensor_split(order, parts)]
         return [(c, max(int(lengths[c].max()), 1), filler) for c, filler in chunks]
 
-    def _forward(self, ids: torch.Tensor) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits [N, T, V]; with `lengths`, rows sharing a prefix compute it once (packing)."""
+        lengths = lengths if self.share_prefixes else None
         if self.sharded:  # FSDP's mixed-precision policy already computes in self.dtype
-            return forward(self.model, ids)
+            return forward(self.model, ids, lengths)
         with autocast(self.device, self.dtype):
-            return forward(self.model, ids)
+            return forward(self.model, ids, lengths)
 
     @torch.no_grad()
     def logprobs(
@@ -120,10 +123,10 @@ class _PolicyBase:
         out = torch.zeros((n, width), dtype=torch.float32)
         for rows, w, filler in self._micro_batches(lengths):
             ids = input_ids[rows, :w].to(self.device)
-            lp, _ = token_logprobs(self._forward(ids), ids, allowed_token_ids)
+            lp, _ = token_logprobs(self._forward(ids, lengths[rows]), ids, allowed_token_ids)
             if not filler:
                 out[rows, :w] = lp.float().cpu()
-        return out
+        return torch.where(torch.arange(width) < lengths[:, None], out, torch.zeros_like(out))
 
 
 class TitanReference(_PolicyBase):
@@ -169,9 +172,10 @@ class TitanTrainer(_PolicyBase):
         device: str = "auto",
         param_dtype: str = "auto",
         micro_batch_tokens: int = MICRO_BATCH_TOKENS,
+        share_prefixes: bool = True,
     ) -> None:
         self.spec = as_spec(model)
-        self.micro_batch_tokens = micro_batch_tokens
+        self.micro_batch_tokens, self.share_prefixes = micro_batch_tokens, share_prefixes
         self.rank, self.world_size = rank, world_size
         self.max_grad_norm = max_grad_norm
         self.device = pick_device(device)
@@ -260,6 +264,7 @@ class TitanTrainer(_PolicyBase):
         local = torch.zeros(len(METRIC_KEYS), dtype=torch.float64)
         for rows, w, filler in self._micro_batches(lengths):
             part = {k: (v[rows, :w] if v.dim() == 2 else v[rows]).to(self.device) for k, v in batch.items() if k != "lengths"}
+            part["lengths"] = lengths[rows]
             if filler:  # keeps this rank's collectives in step with the others; adds nothing
                 part["loss_mask"] = torch.zeros_like(part["loss_mask"])
             local += self._accumulate(part, denominator, clip_eps, clip_eps_high, kl_coef, normalization, allowed_token_ids, tis_cap)
@@ -292,7 +297,7 @@ class TitanTrainer(_PolicyBase):
         if tis_cap is not None:
             old = _response_only(b["prox_logprobs"].to(torch.float32), mask)
         ref = _response_only(b["ref_logprobs"].to(torch.float32), mask) if "ref_logprobs" in b else None
-        logprobs, entropy = token_logprobs(self._forward(ids), ids, allowed_token_ids)
+        logprobs, entropy = token_logprobs(self._forward(ids, b.get("lengths")), ids, allowed_token_ids)
         logprobs = _response_only(logprobs, mask)
         loss, stats = policy_loss(
             logprobs,
@@ -468,4 +473,5 @@ class TrainerSpec:
             dist_store=dist_store,
             init_hf_state_dict=init_hf_state_dict,
             micro_batch_tokens=t.micro_batch_tokens,
+            share_prefixes=t.share_prefixes,
         )
