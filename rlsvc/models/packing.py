@@ -17,7 +17,7 @@ so no softmax row is empty.
 
 Rows are grouped by sorting them: rows with a common prefix end up next to each other, and
 neighbours join one sequence while they share at least half of their tokens and the sequence
-stays within twice the longest row. Packing is used only where it cuts the tokens of the pass
+stays within a cap (`CAP_FACTORS`). Packing is used only where it cuts the tokens of the pass
 (padding included) to `MAX_PACKED_SHARE` of the unpacked ones or fewer.
 """
 
@@ -27,6 +27,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+CAP_FACTORS = (2, 4, 8)
+"""A packed sequence holds at most this many times the longest row's tokens; each is tried and
+the one with the fewest padded tokens kept (one long sequence pads all the others to its length)."""
 
 MAX_PACKED_SHARE = 0.75
 """Pack a pass only when its packed tokens are at most this share of its unpacked tokens: the
@@ -46,11 +50,9 @@ class Packed:
     (0 for positions whose logits no row needs: a row's last token and its padding)."""
 
 
-def _clusters(ids: np.ndarray, needed: np.ndarray) -> list[tuple[int, list[int]]]:
-    """(shared prefix length, rows) of each packed sequence, rows sorted by their tokens."""
-    n = len(needed)
-    order = sorted(range(n), key=lambda i: ids[i, : needed[i]].tobytes())
-    cap = 2 * int(needed.max())
+def _clusters(ids: np.ndarray, needed: np.ndarray, order: list[int], cap: int) -> list[tuple[int, list[int]]]:
+    """(shared prefix length, rows) of each packed sequence of at most `cap` tokens, the rows
+    taken in `order` (sorted by their tokens)."""
     out: list[tuple[int, list[int]]] = []
     p, rows, size = int(needed[order[0]]), [order[0]], int(needed[order[0]])
     for prev, i in zip(order, order[1:], strict=False):
@@ -77,9 +79,12 @@ def plan(ids: torch.Tensor, lengths: torch.Tensor) -> Packed | None:
     if n < 2:
         return None
     tokens = ids.cpu().numpy()
-    clusters = _clusters(tokens, needed)
-    sizes = [p + sum(int(needed[i]) - p for i in rows) for p, rows in clusters]
-    length = max(sizes)
+    order = sorted(range(n), key=lambda i: tokens[i, : needed[i]].tobytes())
+    # the longest sequence sets the padded length of all: the cap with the fewest padded tokens
+    options = [_clusters(tokens, needed, order, factor * int(needed.max())) for factor in CAP_FACTORS]
+    lengths_of = [max(p + sum(int(needed[i]) - p for i in rows) for p, rows in c) for c in options]
+    best = min(range(len(options)), key=lambda k: len(options[k]) * lengths_of[k])
+    clusters, length = options[best], lengths_of[best]
     if len(clusters) * length > MAX_PACKED_SHARE * n * width:
         return None
     packed = np.zeros((len(clusters), length), dtype=tokens.dtype)
