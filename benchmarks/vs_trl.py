@@ -21,7 +21,8 @@ Every `--eval-every` steps both sides score their greedy policy with the same fu
 to target is the training time (validation excluded) until that score first reaches
 `--target` (by default what stick-at-17's first decision scores there: the policy has learnt
 when it decides as well as that rule). Samples/s: completions per second of training (start-up and validation
-excluded). The final greedy return is scored on 20,000 other deals. Each side has the whole
+excluded, and rlsvc's checkpoints, at the start and after the last step: TRL's side saves
+nothing, `save_strategy="no"`). The final greedy return is scored on 20,000 other deals. Each side has the whole
 machine in turn, and the sides alternate (benchmarks/pairs.py): `--pairs` rounds of one run
 each, in the order rlsvc sync, rlsvc async, TRL, then reversed, and so on; each round gives one
 ratio (the faster rlsvc mode's samples/s over TRL's), reported as the median with its min-max.
@@ -100,10 +101,12 @@ def run_rlsvc(args: argparse.Namespace, out: Path, name: str, mode: list[str]) -
         return {m.step: m.value for m in client.get_metric_history(result["mlflow_run_id"], key)}
 
     since_start, validate_s, val = series("time/since_start_s"), series("time/validate_s"), series("eval/val_return")
-    # training time at step k: since start, less start-up and the validations before step k
-    # (`time/since_start_s` of step k is taken before step k's own validation)
-    clock = {k: t - result["startup_s"] - sum(v for j, v in validate_s.items() if j < k) for k, t in since_start.items()}
-    train_s = result["train_s"] - sum(validate_s.values())
+    checkpoint_s = series("time/checkpoint_s")  # at step 0 and after the last step
+    # training time at step k: since start, less start-up and the validations and checkpoints
+    # before step k (`time/since_start_s` of step k is taken before step k's own validation)
+    paused = {k: sum(v for j, v in (*validate_s.items(), *checkpoint_s.items()) if j < k) for k in since_start}
+    clock = {k: t - result["startup_s"] - paused[k] for k, t in since_start.items()}
+    train_s = result["train_s"] - sum(validate_s.values()) - sum(checkpoint_s.values())
     return {
         "samples_per_s": result["steps"] * args.prompts * args.group_size / train_s,
         "train_s": train_s,

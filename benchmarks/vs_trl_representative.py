@@ -21,7 +21,9 @@ answering arithmetic word problems in free text of several tokens.
   generation path (`transformers` `generate`; TRL's vLLM path needs CUDA), `use_cpu=True`,
   2 threads (what rlsvc's trainer reserves).
 
-Samples/s: completions per second of training (start-up excluded), over `--steps` steps. The
+Samples/s: completions per second of training (start-up excluded, and rlsvc's checkpoints, at
+the start and after the last step: TRL's side saves nothing, `save_strategy="no"`), over
+`--steps` steps. The
 sides alternate (benchmarks/pairs.py): `--pairs` rounds of one run each, the order reversed
 every round; each round gives one ratio, reported as the median with its min-max. Each side's
 time is also split: rlsvc's from its step metrics (generation, reference, train), TRL's by
@@ -89,10 +91,11 @@ def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str) -> d
     ]
     # the task module is imported by the driver and by the env and reward actors, which inherit this path
     result = run_job(name, overrides, out, pythonpath=Path(__file__).resolve().parents[1])
-    sums = metric_sums(result, [*PHASES.values(), "return_mean"])
+    sums = metric_sums(result, [*PHASES.values(), "return_mean", "time/checkpoint_s"])
+    train_s = result["train_s"] - sums["time/checkpoint_s"]
     return {
-        "samples_per_s": result["steps"] * args.prompts * args.group_size / result["train_s"],
-        "train_s": result["train_s"],
+        "samples_per_s": result["steps"] * args.prompts * args.group_size / train_s,
+        "train_s": train_s,
         "steps": result["steps"],
         "startup_s": result["startup_s"],
         "phase_s": {phase: sums[key] / result["steps"] for phase, key in PHASES.items()},
