@@ -48,6 +48,15 @@ def test_a_group_sharing_its_prompt_is_one_sequence_and_the_packed_mask_keeps_ro
     assert packed.index[0, :4].tolist() == packed.index[2, :4].tolist() == packed.index[1, :4].tolist()
 
 
+def test_a_group_longer_than_twice_its_rows_still_packs_into_one_sequence():
+    # 8 rows of a 6-token prompt and 3 tokens each: one sequence of 6 + 8 x 2 = 22 tokens (a
+    # cap of 4x the longest row) pads less than two of 16 and 12 (a cap of 2x)
+    prompt = [1, 2, 3, 4, 5, 6]
+    ids = torch.tensor([[*prompt, 10 + i, 20 + i, 30 + i] for i in range(8)])
+    packed = plan(ids, torch.full((8,), 9))
+    assert packed is not None and tuple(packed.ids.shape) == (1, 22)
+
+
 def test_rows_that_share_nothing_are_not_packed():
     ids = torch.arange(1, 41).reshape(4, 10) % 60
     assert plan(ids, torch.full((4,), 10)) is None
