@@ -209,7 +209,7 @@ def share_cores(placement: dict[Role, Placement], cores: int) -> dict[Role, Plac
     together they run no more threads than there are cores; the reference, which scores a batch
     beside them, runs the trainer's count."""
     share = max(1, cores // max(1, sum(placement[r].count for r in CO_RUNNING_ROLES)))
-    shared = {"trainer", "reference"}
+    shared = {*CO_RUNNING_ROLES, "reference"}
     return {
         role: dataclasses.replace(place, threads=min(place.worker_threads, share)) if role in shared else place
         for role, place in placement.items()
