@@ -32,6 +32,10 @@ CAP_FACTORS = (2, 4, 8)
 """A packed sequence holds at most this many times the longest row's tokens; each is tried and
 the one with the fewest padded tokens kept (one long sequence pads all the others to its length)."""
 
+MAX_PACKED_LENGTH = 2048
+"""And at most this many tokens (or the longest row, if longer): the dense mask of a packed
+sequence holds its length squared, and attention under a mask materialises its scores."""
+
 MAX_PACKED_SHARE = 0.75
 """Pack a pass only when its packed tokens are at most this share of its unpacked tokens: the
 mask and the gather back cost a little, and a dense mask grows with the square of the length."""
@@ -81,7 +85,9 @@ def plan(ids: torch.Tensor, lengths: torch.Tensor) -> Packed | None:
     tokens = ids.cpu().numpy()
     order = sorted(range(n), key=lambda i: tokens[i, : needed[i]].tobytes())
     # the longest sequence sets the padded length of all: the cap with the fewest padded tokens
-    options = [_clusters(tokens, needed, order, factor * int(needed.max())) for factor in CAP_FACTORS]
+    longest = int(needed.max())
+    caps = sorted({min(factor * longest, max(longest, MAX_PACKED_LENGTH)) for factor in CAP_FACTORS})
+    options = [_clusters(tokens, needed, order, cap) for cap in caps]
     lengths_of = [max(p + sum(int(needed[i]) - p for i in rows) for p, rows in c) for c in options]
     best = min(range(len(options)), key=lambda k: len(options[k]) * lengths_of[k])
     clusters, length = options[best], lengths_of[best]

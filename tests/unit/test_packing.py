@@ -57,6 +57,16 @@ def test_a_group_longer_than_twice_its_rows_still_packs_into_one_sequence():
     assert packed is not None and tuple(packed.ids.shape) == (1, 22)
 
 
+def test_a_packed_sequence_stays_within_the_length_cap():
+    from rlsvc.models.packing import MAX_PACKED_LENGTH
+
+    # 8 rows of a 1400-token prompt and 101 tokens each: one sequence would be 1400 + 8 x 100
+    prompt = torch.arange(1400) % 50 + 1
+    ids = torch.stack([torch.cat([prompt, torch.full((101,), 51 + i)]) for i in range(8)])
+    packed = plan(ids, torch.full((8,), 1501))
+    assert packed is not None and packed.ids.shape[1] <= MAX_PACKED_LENGTH and packed.ids.shape[0] == 2
+
+
 def test_rows_that_share_nothing_are_not_packed():
     ids = torch.arange(1, 41).reshape(4, 10) % 60
     assert plan(ids, torch.full((4,), 10)) is None
