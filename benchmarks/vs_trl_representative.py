@@ -16,21 +16,25 @@ answering arithmetic word problems in free text of several tokens.
   with rlsvc's default weight, group-std-normalised advantages, token-mean loss, one optimiser
   step per batch; both prompt the model with the same token ids (the chat template with its
   generation prompt).
-- rlsvc: `python -m rlsvc.train model.source=hf model.path=FOLDER ...`, synchronous (a step
-  generates, then scores, then trains: the same schedule as TRL's). TRL: its default
-  generation path (`transformers` `generate`; TRL's vLLM path needs CUDA), `use_cpu=True`,
-  2 threads (what rlsvc's trainer reserves).
+- rlsvc: `python -m rlsvc.train model.source=hf model.path=FOLDER ...`, in each of its loops
+  (`--modes`): synchronous (a step generates, then scores, then trains: the same schedule as
+  TRL's) and asynchronous with `max_staleness=1` (the rollout worker generates the next batch
+  while the trainer learns from this one, each on its share of the cores), as in
+  benchmarks/vs_trl.py. TRL: its default generation path (`transformers` `generate`; TRL's vLLM
+  path needs CUDA), `use_cpu=True`, 2 threads (what rlsvc's trainer reserves).
 
 Samples/s: completions per second of training (start-up excluded, and rlsvc's checkpoints, at
 the start and after the last step: TRL's side saves nothing, `save_strategy="no"`), over
 `--steps` steps. The
 sides alternate (benchmarks/pairs.py): `--pairs` rounds of one run each, the order reversed
-every round; each round gives one ratio, reported as the median with its min-max. Each side's
-time is also split: rlsvc's from its step metrics (generation, reference, train), TRL's by
+every round; each round gives one ratio (rlsvc's faster mode over TRL), reported as the median
+with its min-max. Each side's time is also split: rlsvc's from its step metrics (generation,
+reference, train; in the asynchronous loop generation and scoring run beside the trainer, and
+the trainer's wait for a batch is shown instead of the reference), TRL's by
 timing its `_generate` (sampling) and `_generate_and_score_completions` (sampling, rewards,
 reference logprobs) calls; the rest of a TRL step is its training.
 
-    python -m benchmarks.vs_trl_representative [--pairs 3] [--steps 4] [--prompts 4] [--max-tokens 24]
+    python -m benchmarks.vs_trl_representative [--pairs 3] [--steps 4] [--prompts 4] [--max-tokens 24] [--modes sync async]
 
 Results: a Markdown table on stdout and benchmarks/results/vs_trl_representative.json.
 """
@@ -50,12 +54,15 @@ from benchmarks import RESULTS_DIR
 from benchmarks.jobs import metric_sums, run_job
 from benchmarks.pairs import spread
 from benchmarks.rollout_representative import MODEL
-from benchmarks.vs_trl import grpo_config
+from benchmarks.vs_trl import RLSVC_MODES, TRL, grpo_config
 
 RESULTS = RESULTS_DIR / "vs_trl_representative.json"
 TASK = "benchmarks.answer_task:ArithmeticAnswerTask"
-RLSVC, TRL = "rlsvc (sync)", "TRL GRPOTrainer"
+RLSVC = "rlsvc (sync)"  # the loop with TRL's schedule: what the bound in the summary is computed from
 PHASES = {"generation": "time/generate_s", "reference": "time/reference_s", "train": "time/train_s"}
+# the asynchronous loop scores a batch (reference logprobs included) beside the trainer, which
+# finds them cached: its own time goes to training and to waiting for the next batch
+ASYNC_PHASES = {"generation (beside)": "time/generate_s", "train": "time/train_s", "trainer waiting": "time/trainer_wait_s"}
 THREADS = 2  # rlsvc's trainer and rollout worker each reserve 2 CPUs
 
 
@@ -69,7 +76,8 @@ def seq_len(args: argparse.Namespace) -> int:
     return 96 + args.max_tokens  # the prompts are 40-60 tokens
 
 
-def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str) -> dict:
+def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str, mode: list[str]) -> dict:
+    phases = ASYNC_PHASES if "rollout.asynchronous=true" in mode else PHASES
     overrides = [
         "model.source=hf",
         f"model.path={policy}",
@@ -87,18 +95,18 @@ def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str) -> d
         "run.checkpoint_every=0",
         "eval.every_steps=0",
         "eval.episodes=0",
-        "rollout.asynchronous=false",
+        *mode,
     ]
     # the task module is imported by the driver and by the env and reward actors, which inherit this path
     result = run_job(name, overrides, out, pythonpath=Path(__file__).resolve().parents[1])
-    sums = metric_sums(result, [*PHASES.values(), "return_mean", "time/checkpoint_s"])
+    sums = metric_sums(result, [*phases.values(), "return_mean", "time/checkpoint_s"])
     train_s = result["train_s"] - sums["time/checkpoint_s"]
     return {
         "samples_per_s": result["steps"] * args.prompts * args.group_size / train_s,
         "train_s": train_s,
         "steps": result["steps"],
         "startup_s": result["startup_s"],
-        "phase_s": {phase: sums[key] / result["steps"] for phase, key in PHASES.items()},
+        "phase_s": {phase: sums[key] / result["steps"] for phase, key in phases.items()},
         "mean_return": sums["return_mean"] / result["steps"],
         "overrides": overrides,
     }
@@ -180,6 +188,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=24, help="longest answer, in tokens")
     ap.add_argument("--layers", type=int, default=MODEL["layers"], help="model depth (quick runs use fewer)")
+    ap.add_argument(
+        "--modes", nargs="+", choices=["sync", "async"], default=["sync", "async"], help="rlsvc's loops to run (the quick run: sync)"
+    )
     return ap
 
 
@@ -190,7 +201,8 @@ def main() -> None:
     from rlsvc.models.hf_export import WEIGHTS_FILE
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    sides = [RLSVC, TRL]
+    modes = {name: v for name, v in RLSVC_MODES.items() if ("async" if "async" in name else "sync") in args.modes}
+    sides = [*modes, TRL]
     runs: dict[str, list[dict]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory(prefix="rlsvc-vs-trl-rep-") as tmp:
         out = Path(tmp)
@@ -201,10 +213,10 @@ def main() -> None:
                     (out / f"trl{i}").mkdir()
                     runs[name].append(run_trl(args, policy, out / f"trl{i}"))
                 else:
-                    runs[name].append(run_rlsvc(args, policy, out, f"vs-trl-rep-{i}"))
+                    runs[name].append(run_rlsvc(args, policy, out, f"vs-trl-rep-{sides.index(name)}-{i}", modes[name]))
                 print(f"round {i}: {name} {runs[name][-1]['samples_per_s']:.1f} samples/s", flush=True)
         params = sum(v.numel() for v in load_file(str(policy / WEIGHTS_FILE)).values())
-    per_round = [runs[RLSVC][i]["samples_per_s"] / runs[TRL][i]["samples_per_s"] for i in range(args.pairs)]
+    per_round = [max(runs[m][i]["samples_per_s"] for m in modes) / runs[TRL][i]["samples_per_s"] for i in range(args.pairs)]
     rows = {
         name: {
             "samples_per_s": statistics.median(r["samples_per_s"] for r in side),
@@ -242,16 +254,20 @@ def markdown(data: dict) -> str:
         returns = "/".join(f"{x['mean_return']:.3f}" for x in r["runs"])
         lines.append(f"| {name} | {r['samples_per_s']:.2f} ({s['min']:.2f}-{s['max']:.2f}) | {phases} | {returns} |")
     ratio = data["samples_per_s_ratio_spread"]
-    summary = f"\nrlsvc / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x** ({ratio['min']:.2f}-{ratio['max']:.2f}, per round)"
-    ours, trl = rows[RLSVC], rows[TRL]
-    step = {name: statistics.median(x["train_s"] / x["steps"] for x in r["runs"]) for name, r in rows.items()}
-    # what no orchestration can change: the model's reference and training passes, which TRL does as well
-    model_s = step[RLSVC] - ours["phase_s"]["generation"]
-    summary += (
-        f"; a step takes {step[RLSVC]:.2f} s in rlsvc and {step[TRL]:.2f} s in TRL. Were rlsvc's generation free, its step "
-        f"would still take {model_s:.2f} s (reference, training, weight sync and the rest): at most "
-        f"**{step[TRL] / model_s:.2f}x** TRL's samples/s at this size ({trl['phase_s']['train']:.2f} s of TRL's step is its training alone)"
+    summary = (
+        f"\nfaster rlsvc mode / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x** ({ratio['min']:.2f}-{ratio['max']:.2f}, per round)"
     )
+    step = {name: statistics.median(x["train_s"] / x["steps"] for x in r["runs"]) for name, r in rows.items()}
+    summary += "; a step takes " + ", ".join(f"{secs:.2f} s in {name}" for name, secs in step.items())
+    if RLSVC in rows:
+        # what no orchestration of TRL's schedule can change: the model's reference and training
+        # passes, which TRL does as well; the asynchronous loop takes generation off that path
+        model_s = step[RLSVC] - rows[RLSVC]["phase_s"]["generation"]
+        summary += (
+            f". Were the synchronous loop's generation free, its step would still take {model_s:.2f} s (reference, training, "
+            f"weight sync and the rest): at most **{step[TRL] / model_s:.2f}x** TRL's samples/s in TRL's schedule "
+            f"({rows[TRL]['phase_s']['train']:.2f} s of TRL's step is its training alone)"
+        )
     return "\n".join([*lines, summary])
 
 
