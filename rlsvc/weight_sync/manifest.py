@@ -100,9 +100,9 @@ class Digest:
     """BLAKE3 over (name, dtype, shape, bytes) of each tensor, in the order given, 16 bytes.
 
     Both sides of every push hash every weight (the trainer what it publishes, each engine what
-    it loaded), so the hash is on the step's path: BLAKE3 (the `blake3` package) hashed a 28M
-    float32 model's 112 MB in 21 ms on one core here, hashlib's blake2b in 119 ms. One thread:
-    in the asynchronous loop the other cores are training.
+    it loaded), so the hash is on the step's path: BLAKE3 (the `blake3` package) is several times
+    faster per core than hashlib's blake2b, used before (docs/weight-sync.md measures the step).
+    One thread: in the asynchronous loop the other cores are training.
     """
 
     def __init__(self) -> None:
