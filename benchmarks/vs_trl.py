@@ -57,6 +57,17 @@ RLSVC_MODES = {
 TRL = "TRL GRPOTrainer"
 
 
+def add_modes_argument(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument(
+        "--modes", nargs="+", choices=["sync", "async"], default=["sync", "async"], help="rlsvc's loops to run (the quick run: sync)"
+    )
+
+
+def selected_modes(modes: list[str]) -> dict[str, list[str]]:
+    """The entries of RLSVC_MODES that `--modes` asks for."""
+    return {name: v for name, v in RLSVC_MODES.items() if ("async" if "async" in name else "sync") in modes}
+
+
 def time_to_target(times: list[float], values: list[float], target: float) -> float | None:
     """The first time at which the validated return reaches `target`; None if it never does."""
     return next((t for t, v in zip(times, values) if v >= target), None)
@@ -256,9 +267,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-every", type=int, default=5, help="steps between validations")
     ap.add_argument("--val-episodes", type=int, default=5000)
     ap.add_argument("--final-episodes", type=int, default=20_000)
-    ap.add_argument(
-        "--modes", nargs="+", choices=["sync", "async"], default=["sync", "async"], help="rlsvc's loops to run (the quick run: sync)"
-    )
+    add_modes_argument(ap)
     return ap
 
 
@@ -270,7 +279,7 @@ def main() -> None:
     stick_return = evaluate(stick, args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
     if args.target is None:
         args.target = stick_return
-    modes = {name: v for name, v in RLSVC_MODES.items() if ("async" if "async" in name else "sync") in args.modes}
+    modes = selected_modes(args.modes)
     sides = [*modes, TRL]
     runs: dict[str, list[dict]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory(prefix="rlsvc-vs-trl-") as tmp:

@@ -54,7 +54,7 @@ from benchmarks import RESULTS_DIR
 from benchmarks.jobs import metric_sums, run_job
 from benchmarks.pairs import spread
 from benchmarks.rollout_representative import MODEL
-from benchmarks.vs_trl import RLSVC_MODES, TRL, grpo_config
+from benchmarks.vs_trl import TRL, add_modes_argument, grpo_config, selected_modes
 
 RESULTS = RESULTS_DIR / "vs_trl_representative.json"
 TASK = "benchmarks.answer_task:ArithmeticAnswerTask"
@@ -188,9 +188,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=24, help="longest answer, in tokens")
     ap.add_argument("--layers", type=int, default=MODEL["layers"], help="model depth (quick runs use fewer)")
-    ap.add_argument(
-        "--modes", nargs="+", choices=["sync", "async"], default=["sync", "async"], help="rlsvc's loops to run (the quick run: sync)"
-    )
+    add_modes_argument(ap)
     return ap
 
 
@@ -201,7 +199,7 @@ def main() -> None:
     from rlsvc.models.hf_export import WEIGHTS_FILE
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    modes = {name: v for name, v in RLSVC_MODES.items() if ("async" if "async" in name else "sync") in args.modes}
+    modes = selected_modes(args.modes)
     sides = [*modes, TRL]
     runs: dict[str, list[dict]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory(prefix="rlsvc-vs-trl-rep-") as tmp:
