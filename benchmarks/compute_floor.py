@@ -106,6 +106,7 @@ def run_floor(overrides: list[str], steps: int) -> dict:
     from rlsvc.envs.in_process import InProcessPool
     from rlsvc.job import prepare_model
     from rlsvc.loop import GRPOLoop
+    from rlsvc.malloc import keep_freed_memory
     from rlsvc.policy_io import make_codec
     from rlsvc.rollout.spec import EngineSpec
     from rlsvc.rollout.vllm_engine import VLLMEngine
@@ -120,6 +121,8 @@ def run_floor(overrides: list[str], steps: int) -> dict:
         folder = materialise(source, Path(tmp) / "engine")  # as a rollout worker does
         codec = make_codec(task, tokenizer, cfg.model.seq_len, cfg.rollout.max_tokens)
         engine_spec = EngineSpec.from_config(cfg, codec.allowed_token_ids if cfg.rollout.constrained_actions else None)
+        if cfg.trainer.keep_freed_memory or cfg.rollout.keep_freed_memory:
+            keep_freed_memory()  # the process settings the job's trainer and rollout workers apply
         engine = VLLMEngine(folder, **engine_spec.engine_kwargs())
         try:
             spec = TrainerSpec(model, cfg.trainer, cfg.run.seed)

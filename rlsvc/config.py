@@ -205,6 +205,10 @@ class RolloutConfig(Strict):
     asynchronous: bool = False
     """Keep playing episodes while the trainer steps (rlsvc/async_loop.py); batches may be up to
     `buffer.max_staleness` versions behind (0 keeps the synchronous schedule)."""
+    keep_freed_memory: bool = True
+    """Rollout workers keep the memory they free (glibc `mallopt`, rlsvc/malloc.py): on CPU
+    every weight update repacks each linear weight for oneDNN into new buffers, which would
+    otherwise be fresh mappings faulted in page by page on every update."""
 
     @model_validator(mode="after")
     def _check_tp(self) -> RolloutConfig:
@@ -379,7 +383,7 @@ class TrainerConfig(Strict):
     attention through SDPA), float32 on CPU."""
     keep_freed_memory: bool = True
     """Trainer ranks and the reference keep the memory each step frees for the next step instead
-    of returning it to the kernel (glibc `mallopt`, rlsvc/trainer/malloc.py): the pages of a
+    of returning it to the kernel (glibc `mallopt`, rlsvc/malloc.py): the pages of a
     step's activations are not faulted in again every step; the process holds its peak memory."""
 
 

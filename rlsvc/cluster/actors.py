@@ -88,8 +88,11 @@ class RolloutWorker(_WeightSyncEndpoint):
     def __init__(self, source: dict[str, Any], spec: Any) -> None:
         """`source`: where the initial checkpoint is (`materialise`); `spec`: the engine's
         settings and sampling (rlsvc.rollout.spec.EngineSpec)."""
+        from rlsvc.malloc import keep_freed_memory
         from rlsvc.rollout.vllm_engine import VLLMEngine
 
+        if spec.keep_freed_memory:
+            keep_freed_memory()  # before the engine allocates: its weight repacks reuse freed pages
         self.engine = VLLMEngine(materialise(source), **spec.engine_kwargs())
         self.spec = spec
         freeze_startup_heap()  # vLLM's and torch's objects: not walked by every full GC pass
@@ -170,8 +173,8 @@ class TrainerWorker(_WeightSyncEndpoint):
     def setup(self, spec: Any, rendezvous: str | None, init_hf_state_dict: dict | None) -> bool:
         """Build this rank's trainer from `spec` (rlsvc.trainer.titan_trainer.TrainerSpec); with
         `rendezvous`, join the ranks' process group first."""
+        from rlsvc.malloc import keep_freed_memory
         from rlsvc.rendezvous import join
-        from rlsvc.trainer.malloc import keep_freed_memory
 
         if spec.trainer.keep_freed_memory:
             keep_freed_memory()

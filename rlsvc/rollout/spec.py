@@ -35,6 +35,9 @@ class EngineSpec:
     """Tokens sampled before an end-of-sequence may stop a completion."""
     allowed_token_ids: tuple[int, ...] | None = None
     """Constrained decoding: only these tokens may be sampled."""
+    keep_freed_memory: bool = True
+    """The worker process keeps the memory it frees (rlsvc/malloc.py): each weight update's
+    repacked linear weights reuse the pages the previous ones held instead of new mappings."""
 
     @classmethod
     def from_config(cls, cfg: Any, allowed_token_ids: list[int] | None) -> EngineSpec:
@@ -52,11 +55,13 @@ class EngineSpec:
             temperature=r.temperature,
             max_tokens=r.max_tokens,
             allowed_token_ids=tuple(allowed_token_ids) if allowed_token_ids is not None else None,
+            keep_freed_memory=r.keep_freed_memory,
         )
 
     def engine_kwargs(self) -> dict[str, Any]:
-        sampling = self.sampling()
-        return {k: v for k, v in asdict(self).items() if k not in sampling}
+        """VLLMEngine's keyword arguments: everything but sampling and the worker process's own settings."""
+        skip = {*self.sampling(), "keep_freed_memory"}
+        return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def sampling(self, greedy: bool = False) -> dict[str, Any]:
         ids = list(self.allowed_token_ids) if self.allowed_token_ids is not None else None

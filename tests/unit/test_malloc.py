@@ -1,4 +1,4 @@
-"""rlsvc/trainer/malloc.py: with `keep_freed_memory`, a freed 200 MB tensor stays in the
+"""rlsvc/malloc.py: with `keep_freed_memory`, a freed 200 MB tensor stays in the
 process for reuse; without it glibc hands it back to the kernel. Each side runs in its own
 process, since the setting is process-wide."""
 
@@ -11,7 +11,7 @@ import pytest
 
 PROBE = """
 import sys, psutil, torch
-from rlsvc.trainer.malloc import keep_freed_memory
+from rlsvc.malloc import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "keep" else None
 process = psutil.Process()
 before = process.memory_info().rss
@@ -40,3 +40,14 @@ def test_trainer_config_keeps_freed_memory_by_default() -> None:
 
     assert load_config(None, []).trainer.keep_freed_memory is True
     assert load_config(None, ["trainer.keep_freed_memory=false"]).trainer.keep_freed_memory is False
+
+
+def test_rollout_spec_carries_keep_freed_memory_but_the_engine_never_sees_it() -> None:
+    """The rollout worker applies it before building its engine; it is not a vLLM argument."""
+    from rlsvc.config import load_config
+    from rlsvc.rollout.spec import EngineSpec
+
+    on = EngineSpec.from_config(load_config(None, []), None)
+    off = EngineSpec.from_config(load_config(None, ["rollout.keep_freed_memory=false"]), None)
+    assert (on.keep_freed_memory, off.keep_freed_memory) == (True, False)
+    assert "keep_freed_memory" not in on.engine_kwargs()

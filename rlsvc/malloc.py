@@ -1,4 +1,4 @@
-"""Keep the memory a training step frees inside the process, for the next step to reuse.
+"""Keep the memory a training step or a weight update frees inside the process, for the next to reuse.
 
 glibc's malloc serves every request above its mmap threshold (32 MB at most) with a fresh
 mapping and unmaps it on free, and hands the top of its heap back to the kernel once more than
@@ -10,6 +10,11 @@ hundreds of MB in every step after, and in the first steps up to 70% of its CPU 
 kernel's (psutil, user vs system time). With mmap and trimming off,
 freed blocks stay in the heap and the next step's allocations reuse them; the process keeps
 its peak memory, as jemalloc or tcmalloc would.
+
+A CPU rollout worker frees and allocates the same way on every weight update: its engine
+rebuilds each linear layer's packed oneDNN weight (rlsvc/rollout/vllm_engine.py), hundreds of MB
+on that model, so the trainer ranks, the reference and the rollout workers all apply it
+(`trainer.keep_freed_memory`, `rollout.keep_freed_memory`).
 """
 
 from __future__ import annotations
