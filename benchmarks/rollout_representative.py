@@ -20,7 +20,8 @@ call: each call starts with what the prefix cache would hold after a reset. Usef
 sum of the lengths) are the same on both sides.
 
 Both get 2 threads (the rollout actor reserves 2 CPUs; HF runs in this process with
-`torch.set_num_threads(2)`) and OpenMP's default wait policy; the CPU each side's idle process
+`torch.set_num_threads(2)`), OpenMP's default wait policy and glibc's malloc keeping freed memory
+(rlsvc/malloc.py, which rollout workers apply by default); the CPU each side's idle process
 used while the other ran is reported. The rlsvc side is timed at the caller, Ray's overhead
 included, and also returns every sampled token's logprob.
 
@@ -140,10 +141,12 @@ def main() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rlsvc.cluster.actors import RolloutWorker
+    from rlsvc.malloc import keep_freed_memory
     from rlsvc.models.make_tiny_hf import make_tiny_hf
     from rlsvc.rollout.spec import EngineSpec
 
     torch.set_num_threads(THREADS)
+    keep_freed_memory()  # the allocator setting the rollout worker applies (EngineSpec.keep_freed_memory)
     seq_len = args.prompt_tokens + args.max_len
     with tempfile.TemporaryDirectory(prefix="rlsvc-rollout-rep-") as tmp:
         folder = make_tiny_hf("qwen3", Path(tmp) / "policy", **{**MODEL, "layers": args.layers}, max_position=seq_len)

@@ -7,7 +7,8 @@ exported to the Hugging Face folder both sides load. Prompts are the repo's prog
 cycled to the batch size. Every completion is exactly `--tokens` long on both sides (vLLM
 `min_tokens`, HF `min_new_tokens`), sampled at temperature 1. Both get 2 threads: the rollout
 actor reserves 2 CPUs (the default job's `rollout.num_cpus`), HF runs in this process with
-`torch.set_num_threads(2)`, both with OpenMP's default wait policy. The rlsvc side is timed at the caller, so each Ray call's overhead
+`torch.set_num_threads(2)`, both with OpenMP's default wait policy and with glibc's malloc
+keeping freed memory (rlsvc/malloc.py, which rollout workers apply by default). The rlsvc side is timed at the caller, so each Ray call's overhead
 counts against it, and it also returns the sampled tokens' logprobs (GRPO needs them), which
 HF's plain `generate` does not compute. At each batch size the two sides alternate call by call
 (benchmarks/pairs.py): the ratio is the median of the per-pair ratios, with their min and max.
@@ -114,10 +115,12 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
 
     from rlsvc.cluster.actors import RolloutWorker
+    from rlsvc.malloc import keep_freed_memory
     from rlsvc.models.tokenizer import load_tokenizer
     from rlsvc.rollout.spec import EngineSpec
 
     torch.set_num_threads(THREADS)
+    keep_freed_memory()  # the allocator setting the rollout worker applies (EngineSpec.keep_freed_memory)
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlsvc-rollout-bench-") as tmp:
         folder = Path(tmp) / "policy"

@@ -22,6 +22,9 @@ answering arithmetic word problems in free text of several tokens.
   while the trainer learns from this one, each on its share of the cores), as in
   benchmarks/vs_trl.py. TRL: its default generation path (`transformers` `generate`; TRL's vLLM
   path needs CUDA), `use_cpu=True`, 2 threads (what rlsvc's trainer reserves).
+  Each side as shipped: rlsvc's trainer, reference and rollout processes keep the memory they
+  free (`trainer.keep_freed_memory`, `rollout.keep_freed_memory`, on by default; rlsvc/malloc.py),
+  TRL's process runs with glibc's default malloc.
 
 Samples/s: completions per second of training (start-up excluded, and rlsvc's checkpoints, at
 the start and after the last step: TRL's side saves nothing, `save_strategy="no"`), over
