@@ -38,8 +38,13 @@ timing its `_generate` (sampling) and `_generate_and_score_completions` (samplin
 reference logprobs) calls; the rest of a TRL step is its training.
 
     python -m benchmarks.vs_trl_representative [--pairs 3] [--steps 4] [--prompts 4] [--max-tokens 24] [--modes sync async]
+                                               [--trl-keep-freed-memory] [--label L]
 
-Results: a Markdown table on stdout and benchmarks/results/vs_trl_representative.json.
+`--trl-keep-freed-memory` gives TRL's process rlsvc's allocator setting too (rlsvc/malloc.py), to
+see how much of the ratio that setting is.
+
+Results: a Markdown table on stdout and benchmarks/results/vs_trl_representative.json
+(vs_trl_representative_<L>.json with `--label L`), its table in the .md beside it.
 """
 
 from __future__ import annotations
@@ -192,6 +197,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-tokens", type=int, default=24, help="longest answer, in tokens")
     ap.add_argument("--layers", type=int, default=MODEL["layers"], help="model depth (quick runs use fewer)")
     add_modes_argument(ap)
+    ap.add_argument(
+        "--trl-keep-freed-memory", action="store_true", help="TRL's process keeps freed memory as rlsvc's actors do (rlsvc/malloc.py)"
+    )
+    ap.add_argument("--label", default="", help="results go to vs_trl_representative_<label>.json/.md")
     return ap
 
 
@@ -202,6 +211,10 @@ def main() -> None:
     from rlsvc.models.hf_export import WEIGHTS_FILE
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    if args.trl_keep_freed_memory:  # TRL runs in this process; rlsvc's jobs in their own
+        from rlsvc.malloc import keep_freed_memory
+
+        keep_freed_memory()
     modes = selected_modes(args.modes)
     sides = [*modes, TRL]
     runs: dict[str, list[dict]] = {name: [] for name in sides}
@@ -234,9 +247,10 @@ def main() -> None:
         "samples_per_s_ratio": statistics.median(per_round),
         "samples_per_s_ratio_spread": spread(per_round),
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
-    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")
+    path = RESULTS.with_name(f"vs_trl_representative_{args.label}.json") if args.label else RESULTS
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+    path.with_suffix(".md").write_text(markdown(data) + "\n")
     print(markdown(data))
 
 
@@ -245,7 +259,9 @@ def markdown(data: dict) -> str:
     lines = [
         f"Qwen3-style model, {data['model_params'] / 1e6:.0f}M parameters ({args['layers']} layers); arithmetic word problems "
         f"answered in up to {args['max_tokens']} tokens; {args['prompts']} prompts x {args['group_size']} completions per step, "
-        f"{args['steps']} steps a run, {args['pairs']} alternating rounds: median (min-max)\n",
+        f"{args['steps']} steps a run, {args['pairs']} alternating rounds: median (min-max)"
+        + ("; TRL's process kept freed memory as rlsvc's actors do (rlsvc/malloc.py)" if args.get("trl_keep_freed_memory") else "")
+        + "\n",
         "| framework | samples/s | s per step: phases | mean training reward, per run |",
         "|---|---|---|---|",
     ]
