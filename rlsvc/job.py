@@ -332,6 +332,12 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
                 name="rlsvc-prepare-validation",
                 daemon=True,
             ).start()
+        reference = svc.reference_model
+        # A new job's reference is built beside the trainer's set-up and warm start, and given
+        # the warm-started weights after it (a resumed one loads the checkpoint's below).
+        keep_reference = None
+        if reference is not None and resume is None:
+            keep_reference = reference.start_setup(TrainerSpec(model, cfg.trainer, cfg.run.seed))
         trainer_setup = setup_trainers(cfg, svc, model)
 
         # The vLLM engines start up while the trainer warm-starts and the reference is built: the
@@ -343,9 +349,8 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             at = TrainingStart(resume.state["step"], restore_checkpoint(resume.folder, resume.state, loop, trainer_setup))
         else:
             warm_loss = loop.warm_start(cfg.model.warm_start_steps) if cfg.model.warm_start_steps else float("nan")
-            reference = svc.reference_model
-            if reference is not None:
-                reference.setup(trainer_setup, svc.trainer_group.hf_state_dict())
+            if keep_reference is not None:
+                keep_reference(svc.trainer_group.hf_state_dict())
         sync0 = loop.sync_weights()  # waits for the vLLM engines to be up
         tracker.set_tags({"rlsvc.weight_sync": loop.sync.kind})  # `auto` resolved
         startup_s = time.time() - started

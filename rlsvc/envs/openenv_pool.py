@@ -129,8 +129,11 @@ def code_spec(settings: Any) -> EnvSpec:
 
 def _make_client_class(spec: EnvSpec) -> type:
     """OpenEnv's `EnvClient` specialised to the served action/observation types."""
-    from openenv.core.client_types import StepResult
-    from openenv.core.env_client import EnvClient
+    from rlsvc.envs.lazy import openenv_without_web_ui
+
+    with openenv_without_web_ui():
+        from openenv.core.client_types import StepResult
+        from openenv.core.env_client import EnvClient
     from websockets.asyncio.client import connect as ws_connect
     from websockets.exceptions import ConnectionClosed, WebSocketException
 

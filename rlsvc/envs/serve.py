@@ -71,8 +71,11 @@ def make_server(spec: EnvSpec, max_sessions: int, *, keepalive_s: float | None, 
     sessions beyond `max_sessions`. `keepalive_s`: WebSocket ping interval and timeout (None:
     no pings, for a server whose clients share its process)."""
     import uvicorn
-    from openenv.core.env_server import create_app
 
+    from rlsvc.envs.lazy import openenv_without_web_ui
+
+    with openenv_without_web_ui():
+        from openenv.core.env_server import create_app
     app = create_app(
         spec.env_factory,
         spec.action_cls,

@@ -133,6 +133,19 @@ def test_plain_rules_do_not_import_openenv() -> None:
     assert out.stdout.strip() == "False"
 
 
+def test_openenv_classes_leave_out_the_web_ui() -> None:
+    # The environment's OpenEnv classes are built without OpenEnv's Gradio UI (rlsvc/envs/lazy.py),
+    # and gradio, and OpenEnv's UI module, still import afterwards for whoever wants them.
+    probe = (
+        "import sys; from rlsvc.envs.blackjack import BlackjackEnvironment; "
+        "print('openenv.core' in sys.modules, 'gradio' in sys.modules); "
+        "from openenv.core.env_server.web_interface import create_web_interface_app; "
+        "print(callable(create_web_interface_app), 'gradio' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False", "True", "True"]
+
+
 # Gymnasium Blackjack-v1 (sab=True) expected returns per episode.
 @pytest.mark.parametrize(
     ("make_policy", "expected"),
