@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -348,7 +349,14 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         if resume is not None:  # the checkpoint's weights, optimiser, reference, buffer and counters
             at = TrainingStart(resume.state["step"], restore_checkpoint(resume.folder, resume.state, loop, trainer_setup))
         else:
-            warm_loss = loop.warm_start(cfg.model.warm_start_steps) if cfg.model.warm_start_steps else float("nan")
+            warm_loss = float("nan")
+            if cfg.model.warm_start_steps:
+                # The vLLM engines start meanwhile. On the one machine of a job's own cluster they
+                # use the trainer's cores, and a rank's threads, each needed at the end of every
+                # parallel region, kept waiting for one another behind them: one thread per rank
+                # for the warm start.
+                with svc.trainer_group.threads(1) if conn.started_locally else nullcontext():
+                    warm_loss = loop.warm_start(cfg.model.warm_start_steps)
             if keep_reference is not None:
                 keep_reference(svc.trainer_group.hf_state_dict())
         sync0 = loop.sync_weights()  # waits for the vLLM engines to be up

@@ -185,6 +185,14 @@ class TrainerWorker(_WeightSyncEndpoint):
         freeze_startup_heap()
         return True
 
+    def set_threads(self, n: int) -> int:
+        """Compute with `n` threads from now on; returns the number before."""
+        import torch
+
+        before = torch.get_num_threads()
+        torch.set_num_threads(n)
+        return before
+
     # the plain trainer's endpoints (rlsvc/trainer/titan_trainer.py), one thin forward each;
     # callers go through rlsvc/cluster/groups.py (TrainerGroup, ReferenceModel)
     def train_step(self, batch: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, float]:

@@ -13,7 +13,8 @@ restarted actor underneath `RewardClient.score` and the `ReplayBufferClient` cal
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import ray
@@ -44,6 +45,15 @@ class TrainerGroup:
         """Build the trainer on every rank from `spec`; ranks join one process group when there are several."""
         rendezvous = ray.get(self.ranks[0].rendezvous_address.remote()) if len(self.ranks) > 1 else None
         ray.get([t.setup.remote(spec, rendezvous, init_hf_state_dict) for t in self.ranks])
+
+    @contextmanager
+    def threads(self, n: int) -> Iterator[None]:
+        """Every rank computes with `n` threads inside the block, and as before after it."""
+        before = ray.get([t.set_threads.remote(n) for t in self.ranks])
+        try:
+            yield
+        finally:
+            ray.get([t.set_threads.remote(b) for t, b in zip(self.ranks, before, strict=True)])
 
     def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float:
         """One supervised step on the batch, split over the ranks; rank 0's loss."""
