@@ -178,8 +178,10 @@ class RolloutConfig(Strict):
     in the trainer's logprobs; with False an invalid answer gets `env.invalid_action_penalty`."""
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     """vLLM's memory fraction (on CPU it bounds the KV cache with `kv_cache_gb`)."""
-    kv_cache_gb: int = Field(1, ge=1)
-    """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."""
+    kv_cache_gb: float = Field(1.0, gt=0)
+    """Most KV cache on CPU, GiB: an engine allocates no more than a full batch of sequences of
+    `model.max_seq_len` tokens takes (32 MiB for the built-in policy), since beyond that no
+    request waits for room."""
     block_size: int | None = Field(None, ge=1)
     """KV cache block size in tokens; None: 32 on CPU, vLLM's own default on GPU. Prompts share
     cached blocks only when whole: a GRPO group's shared prompt is computed once per batch from

@@ -14,9 +14,9 @@ class EngineSpec:
     seed: int = 0
     """The engine's seed; every request also carries its own sampling seed."""
     gpu_memory_utilization: float = 0.3
-    """vLLM's memory fraction (on CPU the KV cache is `kv_cache_gb`)."""
-    kv_cache_gb: int = 1
-    """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE)."""
+    """vLLM's memory fraction (on CPU the KV cache is bounded by `kv_cache_gb`)."""
+    kv_cache_gb: float = 1.0
+    """Most KV cache on CPU, GiB; no more than `max_num_seqs` sequences of `max_model_len` take."""
     block_size: int | None = None
     """KV cache block size in tokens (None: 32 on CPU, vLLM's default on GPU)."""
     enforce_eager: bool = True

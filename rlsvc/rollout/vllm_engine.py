@@ -12,6 +12,7 @@ has to be pickled (no `VLLM_ALLOW_INSECURE_SERIALIZATION`).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
 from collections.abc import Iterable, Sequence
@@ -31,14 +32,32 @@ if TYPE_CHECKING:
 LOGPROBS_MODE = "processed_logprobs"
 
 
-def _configure_vllm_env(kv_cache_gb: int) -> None:
+def _configure_vllm_env() -> None:
     """Set the environment vLLM reads at engine construction (must run before `vllm.LLM`)."""
     # In-process engine core: no spawned EngineCore/worker processes, which is what lets the
     # engine start inside a Ray actor (or any non-main process) and keeps RPCs as direct calls.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    if not torch.cuda.is_available():
-        # On CPU the KV cache size is taken from this variable (GiB), not from memory profiling.
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gb)
+    # The KV cache size is the engine's argument (`kv_cache_bytes`); vLLM's CPU platform would
+    # let this legacy variable override it.
+    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+
+
+def kv_cache_bytes(model_dir: str, max_num_seqs: int, max_model_len: int, block_size: int, dtype: str, cap_gb: float) -> int:
+    """The CPU KV cache: what `max_num_seqs` sequences of `max_model_len` tokens take in the
+    checkpoint's model (every layer's keys and values, whole blocks, one spare), and at most
+    `cap_gb` GiB. Beyond that no request ever waits for room, and the pages are allocated and
+    zeroed at start-up (1 GiB took about 2 s of a job's start-up for a model that needed 32 MiB).
+    A config.json that does not give the attention shape gets the cap."""
+    cap = int(cap_gb * 2**30)
+    cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    cfg = cfg.get("text_config", cfg)
+    layers, heads = cfg.get("num_hidden_layers"), cfg.get("num_attention_heads")
+    if not layers or not heads:
+        return cap
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // heads
+    per_token = layers * 2 * cfg.get("num_key_value_heads", heads) * head_dim * torch.tensor([], dtype=getattr(torch, dtype)).element_size()
+    blocks = max_num_seqs * -(-max_model_len // block_size) + 1
+    return min(cap, blocks * block_size * per_token)
 
 
 def engine_dtype(dtype: str) -> str:
@@ -165,15 +184,20 @@ class VLLMEngine:
         seed: int = 0,
         max_model_len: int = 32,
         gpu_memory_utilization: float = 0.3,
-        kv_cache_gb: int = 1,
+        kv_cache_gb: float = 1.0,
         block_size: int | None = None,
         enforce_eager: bool = True,
         dtype: str = "float32",
         max_num_seqs: int = 1024,
         tensor_parallel_size: int = 1,
     ) -> None:
-        _configure_vllm_env(kv_cache_gb)
+        _configure_vllm_env()
         _keep_linear_weights_as_parameters()
+        if enforce_eager and not torch.cuda.is_available():
+            # Even an eager engine compiles one sampler helper (the sampled tokens' ranks) with
+            # Inductor at its first request: a C++ build, 1-2.5 s of every CPU engine's start-up.
+            # This process (a rollout worker's) compiles nothing else.
+            torch.compiler.set_stance("force_eager")
         from vllm import LLM
 
         self.model_dir = model_dir
@@ -187,6 +211,12 @@ class VLLMEngine:
         # vLLM's reload only *logs* weights it did not receive; an RL step must not silently
         # keep stale tensors, so updates are checked against the checkpoint's names up front.
         self._expected_keys = _checkpoint_keys(model_dir)
+        block = block_size or _default_block_size()
+        cpu_cache = {}  # on a GPU the KV cache is what `gpu_memory_utilization` leaves
+        if block is not None and not torch.cuda.is_available():
+            cpu_cache["kv_cache_memory_bytes"] = kv_cache_bytes(
+                model_dir, max_num_seqs, max_model_len, block, engine_dtype(dtype), kv_cache_gb
+            )
         self._llm: LLM | None = LLM(
             model=model_dir,
             tokenizer=model_dir,
@@ -203,7 +233,8 @@ class VLLMEngine:
             # one scheduler step for a whole rollout batch (vLLM's default is 256 sequences)
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max(max_num_seqs * max_model_len, 4096),
-            block_size=block_size or _default_block_size(),
+            block_size=block,
+            **cpu_cache,
         )
         self.llm.collective_rpc(_rpc_pack_linears)
         # vLLM's first request pays ~2 s of one-time set-up (samplers, output processing) whatever

@@ -121,6 +121,14 @@ def test_generate_one_token_per_prompt(engine) -> None:
         assert isinstance(r["text"], str)
 
 
+def test_the_kv_cache_holds_a_full_batch_of_full_length_sequences(engine) -> None:
+    # sized from the checkpoint (rlsvc/rollout/vllm_engine.py kv_cache_bytes), not 1 GiB
+    cache = engine.llm.llm_engine.vllm_config.cache_config
+    per_sequence = -(-engine.llm.llm_engine.vllm_config.model_config.max_model_len // cache.block_size)
+    assert cache.num_gpu_blocks >= 1024 * per_sequence + 1  # vLLM keeps one block back
+    assert cache.num_gpu_blocks * cache.block_size * 1024 < 2**30  # 1 KiB a token: far below the old 1 GiB
+
+
 def test_a_token_budget_per_prompt(engine) -> None:
     # each session's room left in its context; min_tokens is capped at each budget
     results = engine.generate(blackjack_prompts()[:3], max_tokens=[1, 4, 2], min_tokens=10, seed=3)
