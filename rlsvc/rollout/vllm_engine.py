@@ -237,7 +237,7 @@ class VLLMEngine:
             **cpu_cache,
         )
         self.llm.collective_rpc(_rpc_pack_linears)
-        # vLLM's first request pays ~2 s of one-time set-up (samplers, output processing) whatever
+        # vLLM's first request pays one-time set-up (samplers, output processing) whatever
         # the batch: pay it here, while the job is starting, rather than in the first rollout.
         self.generate([[0]], max_tokens=1, seed=0)
 
