@@ -72,7 +72,7 @@ def prepare_model(cfg: Config) -> tuple[ModelSpec, Any, dict[str, Any]]:
 
 
 def setup_trainers(cfg: Config, svc: Services, model: ModelSpec) -> TrainerSpec:
-    """Build the trainer on every rank (the reference is built from the same spec)."""
+    """Build the trainer on every rank from the model (a restarted policy group; the job builds its first spec inline, to share it with the reference)."""
     spec = TrainerSpec(model, cfg.trainer, cfg.run.seed)
     svc.trainer_group.setup(spec)
     return spec
@@ -336,10 +336,11 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         reference = svc.reference_model
         # A new job's reference is built beside the trainer's set-up and warm start, and given
         # the warm-started weights after it (a resumed one loads the checkpoint's below).
+        trainer_setup = TrainerSpec(model, cfg.trainer, cfg.run.seed)
         keep_reference = None
         if reference is not None and resume is None:
-            keep_reference = reference.start_setup(TrainerSpec(model, cfg.trainer, cfg.run.seed))
-        trainer_setup = setup_trainers(cfg, svc, model)
+            keep_reference = reference.start_setup(trainer_setup)
+        svc.trainer_group.setup(trainer_setup)
 
         # The vLLM engines start up while the trainer warm-starts and the reference is built: the
         # loop's weight sync, which waits for them, is first used by the first sync below.

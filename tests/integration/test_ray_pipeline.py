@@ -90,6 +90,18 @@ def test_engine_outputs_follow_the_trainer(job):
     assert torch.allclose(trainer_lp, engine_lp, atol=1e-3)
 
 
+def test_trainer_threads_come_back_after_a_threads_block(job):
+    """The job's warm start runs inside `TrainerGroup.threads(1)`; every rank computes with its
+    own thread count again afterwards, also when the block raises."""
+    _, svc, _, _, ray = job
+    ranks = svc.trainer_group.ranks
+    own = ray.get([t.set_threads.remote(3) for t in ranks])  # 3: a count no rank runs with here
+    with pytest.raises(RuntimeError, match="inside"), svc.trainer_group.threads(1):
+        assert ray.get([t.set_threads.remote(1) for t in ranks]) == [1, 1]
+        raise RuntimeError("inside the block")
+    assert ray.get([t.set_threads.remote(n) for t, n in zip(ranks, own, strict=True)]) == [3, 3]
+
+
 def test_actors_sit_on_their_node_groups(job):
     """Each actor runs on a node that advertises its group's resource."""
     cfg, svc, loop, setup, ray = job
