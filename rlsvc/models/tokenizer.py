@@ -57,7 +57,11 @@ def save_tokenizer(directory: str | Path, kind: str = "blackjack") -> None:
 
 
 def load_tokenizer(directory: str | Path):
-    """Load a tokenizer saved by `save_tokenizer` (or any HF tokenizer folder)."""
-    from transformers import AutoTokenizer
+    """Load a tokenizer saved by `save_tokenizer`: the class it was saved as, by name.
+    `AutoTokenizer` would resolve to the same class, but importing it imports Transformers'
+    model registry (torch, the generation utilities, scikit-learn): about 4 CPU-seconds of the
+    driver's start-up, spent while Ray starts on the same cores. Pretrained folders go through
+    `rlsvc.models.pretrained.load_tokenizer`, which needs the registry."""
+    from transformers import PreTrainedTokenizerFast
 
-    return AutoTokenizer.from_pretrained(str(directory))
+    return PreTrainedTokenizerFast.from_pretrained(str(directory))
