@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from rlsvc.imports import as_if_missing
+
 
 @contextmanager
 def openenv_without_web_ui() -> Iterator[None]:
@@ -19,14 +21,8 @@ def openenv_without_web_ui() -> Iterator[None]:
     as missing, the case OpenEnv handles itself by leaving the UI out; afterwards gradio imports
     as usual, and OpenEnv's `create_app` still imports its UI when ENABLE_WEB_INTERFACE asks for it.
     """
-    hide = "gradio" not in sys.modules and "openenv.core.env_server" not in sys.modules
-    if hide:
-        sys.modules["gradio"] = None  # type: ignore[assignment]  # `import gradio` raises ModuleNotFoundError
-    try:
+    with as_if_missing(*(() if "openenv.core.env_server" in sys.modules else ("gradio",))):
         yield
-    finally:
-        if hide and sys.modules.get("gradio", False) is None:
-            del sys.modules["gradio"]
 
 
 def lazy_classes(module_name: str, names: Iterable[str], build: Callable[[], dict[str, type]]) -> Callable[[str], Any]:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +87,21 @@ def _keep_linear_weights_as_parameters() -> None:
     from vllm.model_executor.layers.linear import LinearBase
 
     LinearBase._cpu_skip_gemm_dispatch = True
+
+
+def _import_vllm() -> None:
+    """Import vLLM (CPU: without scikit-learn and SciPy). vLLM imports Transformers' model
+    registry, which imports scikit-learn (assisted generation) and SciPy (object-detection
+    losses) because they are installed: about 2 of the 12 CPU-seconds vLLM's import takes, in the
+    rollout worker, whose start-up is the job's longest, for code an engine never runs. Only where
+    Transformers is not imported yet (it caches what is installed, and would then import them
+    unguarded), and not on a GPU node (not measured there)."""
+    from rlsvc.imports import as_if_missing
+
+    hide = "transformers" not in sys.modules and not torch.cuda.is_available()
+    with as_if_missing("sklearn", "scipy") if hide else nullcontext():
+        import vllm  # noqa: F401
+        import vllm.model_executor.layers.linear  # noqa: F401  # what imports the registry
 
 
 def _pack_linears(model: torch.nn.Module) -> None:
@@ -192,6 +209,7 @@ class VLLMEngine:
         tensor_parallel_size: int = 1,
     ) -> None:
         _configure_vllm_env()
+        _import_vllm()
         _keep_linear_weights_as_parameters()
         if enforce_eager and not torch.cuda.is_available():
             # Even an eager engine compiles one sampler helper (the sampled tokens' ranks) with

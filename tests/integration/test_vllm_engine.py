@@ -245,3 +245,18 @@ def test_batched_throughput(engine) -> None:
         results = engine.generate(prompts, allowed_token_ids=ACTIONS)
         print(f"\n[vllm_engine] generate n={n} one-token prompts: {time.perf_counter() - t0:.2f}s")
         assert len(results) == n and all(r["token_ids"][0] in ACTIONS for r in results)
+
+
+def test_a_cpu_rollout_process_imports_vllm_without_sklearn_and_scipy() -> None:
+    """A fresh process (a rollout worker's) imports vLLM without the two packages Transformers'
+    model registry would import only because they are installed; both import normally after."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from rlsvc.rollout.vllm_engine import _import_vllm; _import_vllm(); "
+        "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules), 'vllm' in sys.modules); "
+        "import scipy.optimize, sklearn.metrics"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[] True"
