@@ -12,17 +12,19 @@ from rlsvc.imports import as_if_missing
 pytestmark = pytest.mark.unit
 
 
-def test_a_package_reads_as_missing_inside_the_block_and_imports_after_it():
-    name = "rlsvc_test_never_installed"
-    assert name not in sys.modules
-    with as_if_missing("colorsys", name):  # colorsys: stdlib, imported by nothing here
-        assert importlib.util.find_spec("colorsys") is None
+def test_a_package_reads_as_missing_inside_the_block_and_imports_after_it(tmp_path, monkeypatch):
+    name = "rlsvc_probe_installed"  # installed here, in a folder on sys.path, imported by nothing
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text("VALUE = 7\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert name not in sys.modules and importlib.util.find_spec(name) is not None
+    with as_if_missing(name, "rlsvc_probe_never_installed"):
+        assert importlib.util.find_spec(name) is None
         with pytest.raises(ModuleNotFoundError):
-            import colorsys  # noqa: F401
-    assert "colorsys" not in sys.modules and name not in sys.modules
-    import colorsys
-
-    assert colorsys.rgb_to_hsv(1, 0, 0)[0] == 0
+            importlib.import_module(name)
+    assert name not in sys.modules and "rlsvc_probe_never_installed" not in sys.modules
+    assert importlib.import_module(name).VALUE == 7
+    del sys.modules[name]
 
 
 def test_an_imported_package_stays_as_it_is():
