@@ -30,13 +30,13 @@ def ray_cluster():
     exactly the processes it started)."""
     import ray
 
-    from rlsvc.cluster.ray_setup import WORKER_ENV
+    from rlsvc.cluster.ray_setup import WORKER_ENV, ZERO_COPY_ENV
 
     ray.init(
         num_cpus=8,
         resources={"rlsvc_gpu_node": 1.0, "rlsvc_cpu_node": 1.0},
         include_dashboard=False,
-        runtime_env={"env_vars": {**WORKER_ENV, "RAY_AUTH_MODE": "disabled"}},
+        runtime_env={"env_vars": {**WORKER_ENV, **ZERO_COPY_ENV, "RAY_AUTH_MODE": "disabled"}},
     )
     yield ray
     ray.shutdown()

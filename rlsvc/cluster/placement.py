@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import Literal
 
-from rlsvc.cluster.ray_setup import WORKER_ENV
+from rlsvc.cluster.ray_setup import WORKER_ENV, ZERO_COPY_ENV
 from rlsvc.config import Config
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,9 @@ Role = Literal["rollout", "trainer", "reference", "env", "reward", "buffer"]
 NodeGroup = Literal["gpu", "cpu"]
 ROLES: tuple[Role, ...] = ("rollout", "trainer", "reference", "env", "reward", "buffer")
 GPU_GROUP_ROLES = {"rollout", "trainer", "reference"}
+# The roles whose calls carry torch tensors (weights, token logprobs): they run with Ray's
+# zero-copy tensor serializer (ray_setup.py `ZERO_COPY_ENV`); the others never import torch.
+TENSOR_ROLES = GPU_GROUP_ROLES
 # Actors Ray restarts when they die, and whether their calls are repeated on the new one. Env
 # calls are not: a restarted env actor has fresh sessions, so the episodes it held are reported
 # lost (cluster/fleet.py) instead. Rollout, trainer and reference actors hold weights and
@@ -76,10 +79,9 @@ class Placement:
     env_in_process: bool = False
     """The actor sets `worker_env()` in its own process as it starts (rlsvc/cluster/actors.py
     `with_env`) instead of through a Ray runtime env. Only on the local cluster a job starts
-    itself, whose processes inherit WORKER_ENV from the driver, and only for roles that do not
-    spin: OpenMP has read GOMP_SPINCOUNT before any constructor runs. A runtime env makes Ray
-    start every actor's worker through a set-up process and leaves the workers it prestarted
-    unused (the start-up this saves: benchmarks/results/step_speedup_actor_env.md)."""
+    itself, whose processes inherit WORKER_ENV from the driver. A runtime env makes Ray start
+    every actor's worker through a set-up process and leaves the workers it prestarted unused
+    (the start-up this saves: benchmarks/results/step_speedup_actor_env.md)."""
 
     @property
     def worker_threads(self) -> int:
@@ -89,6 +91,8 @@ class Placement:
     def worker_env(self) -> dict[str, str]:
         """The environment variables this role's actors run with."""
         env = {**WORKER_ENV, "OMP_NUM_THREADS": str(self.worker_threads)}
+        if self.role in TENSOR_ROLES:
+            env.update(ZERO_COPY_ENV)
         if self.spin:
             env["GOMP_SPINCOUNT"] = GOMP_SPINCOUNT
         return env
@@ -189,7 +193,7 @@ def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> di
     an error."""
     out = planned(cfg)
     if not cfg.cluster.resolved_address():  # the job starts this cluster (cluster/ray_setup.py `connect`)
-        out = {role: dataclasses.replace(place, env_in_process=not place.spin) for role, place in out.items()}
+        out = {role: dataclasses.replace(place, env_in_process=True) for role, place in out.items()}
         if cfg.rollout.asynchronous:
             out = share_cores(out, len(os.sched_getaffinity(0)))
     for role, place in out.items():

@@ -17,9 +17,14 @@ from urllib.parse import urlparse
 
 from rlsvc.config import ClusterConfig
 
-# Every rlsvc actor gets these (through its options), so driver and actors agree.
+# Ray's zero-copy torch serializer, for the actors that send tensors (placement.py
+# `TENSOR_ROLES`). Only those get it: a worker with it imports torch as soon as it deserializes
+# its first task (Ray registers the serializer then), about 1.7 CPU-seconds that env, reward and
+# buffer actors, which never hold a tensor, spent in every job's CPU-bound start-up.
+ZERO_COPY_ENV = {"RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
+# Every rlsvc actor gets these (through its options): the driver sets them before it starts a
+# local cluster, whose processes inherit them.
 WORKER_ENV = {
-    "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
     # Actors share cores (2 on a laptop-class box): OpenMP threads that spin after each parallel
     # region steal them from the other actors. Measured with the asynchronous loop, 64 episodes a
     # step: episodes/s 107 -> 127 (sync) and 106 -> 164 (async) with PASSIVE.
@@ -162,6 +167,23 @@ def connect(cfg: ClusterConfig, log_to_driver: bool = True, metadata: dict[str, 
         f"http://{dashboard}" if dashboard else None,
         ray.get_runtime_context().get_job_id(),
     )
+
+
+def enable_zero_copy_tensors() -> None:
+    """Ray's zero-copy torch serializer in this worker, as RAY_ENABLE_ZERO_COPY_TORCH_TENSORS=1
+    gives a worker that starts with it: for an actor that sets its environment in its
+    constructor (actors.py `with_env`), after Ray has made its serialization context. Ray has no
+    public switch for a running worker, so this does what its serialization context does at
+    start (Ray is pinned to 2.60 in pyproject.toml; tests/integration/test_zero_copy_roles.py
+    checks it)."""
+    import torch
+    from ray._private import ray_constants, tensor_serialization_utils, worker
+
+    ray_constants.RAY_ENABLE_ZERO_COPY_TORCH_TENSORS = True  # contexts made from now on
+    context = worker.global_worker.get_serialization_context()
+    if not context._zero_copy_tensors_enabled:
+        context._register_cloudpickle_reducer(torch.Tensor, tensor_serialization_utils.zero_copy_tensors_reducer)
+        context._zero_copy_tensors_enabled = True
 
 
 def cluster_view() -> tuple[dict[str, float], int]:

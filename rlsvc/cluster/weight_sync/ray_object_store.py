@@ -3,8 +3,9 @@
 Trainer rank 0 streams the version as a Ray generator: first the manifest, then one object per
 bucket. The driver hands each bucket's reference to every rollout worker as soon as it exists, so
 a worker copies bucket i into its engine while bucket i+1 is being put. With
-RAY_ENABLE_ZERO_COPY_TORCH_TENSORS=1 (set for every worker, cluster/ray_setup.py) a bucket is one
-copy into shared memory and the workers read it in place: two copies end to end, overlapped.
+RAY_ENABLE_ZERO_COPY_TORCH_TENSORS=1 (set for the trainer and rollout actors, cluster/placement.py
+`TENSOR_ROLES`) a bucket is one copy into shared memory and the workers read it in place: two
+copies end to end, overlapped.
 
 Driver side only: the trainer's half is its `ws_stream` generator and the publisher
 (rlsvc/cluster/actors.py, rlsvc/weight_sync/publisher.py); the workers' is `begin_update`,
