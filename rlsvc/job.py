@@ -10,7 +10,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -282,6 +282,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
     )
     conn = None
     svc: Services | None = None
+    stopping: Future | None = None  # the actors' stop, begun once the final policy is saved
     status = "FAILED"
 
     def out_of_grace() -> None:
@@ -389,6 +390,11 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             return PREEMPTED
         final, saved_version = final_weights(cfg, loop, best, console)
         checkpoint = save_final(cfg, model, final, saved_version, codec, run_dir / FINAL)
+        # The actors' work is done: they close (engines, process groups) and give their CPUs and
+        # GPUs back to the cluster while the driver evaluates and logs the saved policy.
+        pool = ThreadPoolExecutor(1, thread_name_prefix="rlsvc-stop")
+        stopping = pool.submit(svc.stop)
+        pool.shutdown(wait=False)  # the stop runs on; `finally` waits for it
         result: dict[str, float] = {}
         if cfg.eval.episodes:
             t_eval = time.time()
@@ -437,7 +443,9 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         return 0
     finally:
         tracker.finish(status)
-        if svc is not None:
+        if stopping is not None:
+            stopping.result()
+        elif svc is not None:
             svc.stop()
         if conn is not None:
             conn.shutdown()
