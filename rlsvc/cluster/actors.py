@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import tempfile
@@ -22,24 +21,17 @@ if TYPE_CHECKING:
 
     from rlsvc.trainer.titan_trainer import TitanTrainer
 
-log = logging.getLogger(__name__)
-
 
 def with_env(cls: type, env: dict[str, str]) -> type:
     """`cls` as an actor class that sets `env` in its process before its constructor runs
     (cluster/placement.py `env_in_process`), under the same name in the dashboard and state API.
     Ray's serialization context exists by then, so zero-copy tensors are switched on in it
-    (`enable_zero_copy_tensors`). OpenMP reads its variables (GOMP_SPINCOUNT) once, when torch
-    first loads it: a worker without zero-copy tensors has not imported torch before this runs,
-    unless the actor's arguments held a tensor; the thread count is set through torch then, and
-    a spin count that came too late is logged."""
+    (`enable_zero_copy_tensors`). Where torch is imported already, OpenMP has read its
+    variables: the thread count is set through torch."""
     zero_copy = all(env.get(k) == v for k, v in ZERO_COPY_ENV.items())
 
     class WithEnv(cls):  # type: ignore[valid-type, misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
-            self.openmp_started_before_env = openmp_loaded()
-            if self.openmp_started_before_env and "GOMP_SPINCOUNT" in env:
-                log.warning("%s: OpenMP started before GOMP_SPINCOUNT was set; its threads will not spin", cls.__name__)
             os.environ.update(env)
             if zero_copy:
                 enable_zero_copy_tensors()
@@ -49,15 +41,6 @@ def with_env(cls: type, env: dict[str, str]) -> type:
 
     WithEnv.__name__, WithEnv.__qualname__, WithEnv.__doc__ = cls.__name__, cls.__qualname__, cls.__doc__
     return WithEnv
-
-
-def openmp_loaded() -> bool:
-    """Whether this process has loaded GNU OpenMP (torch's CPU thread pool) yet (Linux)."""
-    try:
-        with open("/proc/self/maps") as maps:
-            return any("libgomp" in line for line in maps)
-    except OSError:
-        return False
 
 
 def _use_reserved_cores() -> None:

@@ -79,9 +79,12 @@ class Placement:
     env_in_process: bool = False
     """The actor sets `worker_env()` in its own process as it starts (rlsvc/cluster/actors.py
     `with_env`) instead of through a Ray runtime env. Only on the local cluster a job starts
-    itself, whose processes inherit WORKER_ENV from the driver. A runtime env makes Ray start
-    every actor's worker through a set-up process and leaves the workers it prestarted unused
-    (the start-up this saves: benchmarks/results/step_speedup_actor_env.md)."""
+    itself, whose processes inherit WORKER_ENV from the driver, and only for roles that do not
+    spin: their OpenMP must read GOMP_SPINCOUNT as it starts, which a worker that has loaded
+    torch before the constructor (in one CI run, for a reason not found) has done already. A
+    runtime env makes Ray start every actor's worker through a set-up process and leaves the
+    workers it prestarted unused (the start-up this saves:
+    benchmarks/results/step_speedup_actor_env.md)."""
 
     @property
     def worker_threads(self) -> int:
@@ -193,7 +196,7 @@ def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> di
     an error."""
     out = planned(cfg)
     if not cfg.cluster.resolved_address():  # the job starts this cluster (cluster/ray_setup.py `connect`)
-        out = {role: dataclasses.replace(place, env_in_process=True) for role, place in out.items()}
+        out = {role: dataclasses.replace(place, env_in_process=not place.spin) for role, place in out.items()}
         if cfg.rollout.asynchronous:
             out = share_cores(out, len(os.sched_getaffinity(0)))
     for role, place in out.items():

@@ -1,7 +1,7 @@
 """Ray's zero-copy tensor serializer only where tensors travel (cluster/placement.py `TENSOR_ROLES`):
-on the local cluster a job starts itself, every actor sets its environment in its constructor
-(`with_env`); an env-role actor never imports torch, tensor-role actors send tensors through the
-zero-copy serializer all the same, and the trainer's OpenMP starts after its spin count is set."""
+on the local cluster a job starts itself, an env-role actor never imports torch, and a
+tensor-role actor that sets its environment in its constructor (`with_env`) sends tensors
+through the zero-copy serializer all the same."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import sys
 
 import pytest
 
-from rlsvc.cluster.placement import GOMP_SPINCOUNT
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
@@ -27,10 +26,6 @@ from rlsvc.config import load_config
 
 
 class Probe:
-    def openmp_late(self):
-        import os
-        return not self.openmp_started_before_env and os.environ.get("GOMP_SPINCOUNT")
-
     def torch_imported(self):
         return "torch" in sys.modules
 
@@ -48,15 +43,13 @@ conn = connect(cfg.cluster, log_to_driver=False)
 try:
     places = plan(cfg, *cluster_view())
     out = {}
-    for role in ("env", "rollout", "trainer"):
+    for role in ("env", "rollout"):
         place = places[role]
         assert place.env_in_process, role
         actor = ray.remote(with_env(Probe, place.worker_env())).options(**place.options(0)).remote()
         out[role] = {"zero_copy": ray.get(actor.zero_copy.remote()), "torch": ray.get(actor.torch_imported.remote())}
         if role != "env":
             out[role]["tensor"] = ray.get(actor.tensor.remote()).tolist()
-        if role == "trainer":
-            out[role]["spin"] = ray.get(actor.openmp_late.remote())
     print("RESULT " + json.dumps(out))
 finally:
     conn.shutdown()
@@ -73,4 +66,3 @@ def test_only_tensor_roles_import_torch_for_ray_and_they_still_send_tensors_zero
     assert out["env"] == {"zero_copy": False, "torch": False}
     tensor = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
     assert out["rollout"] == {"zero_copy": True, "torch": True, "tensor": tensor}
-    assert out["trainer"] == {"zero_copy": True, "torch": True, "tensor": tensor, "spin": GOMP_SPINCOUNT}

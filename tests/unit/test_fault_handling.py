@@ -3,7 +3,6 @@ NaN, and steps with a non-finite loss, which are counted and stop the job past a
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 
@@ -11,8 +10,7 @@ import pytest
 import torch
 
 from rlsvc.buffer.replay import Episode
-from rlsvc.cluster import actors
-from rlsvc.cluster.actors import openmp_loaded, with_env
+from rlsvc.cluster.actors import with_env
 from rlsvc.cluster.placement import GOMP_SPINCOUNT, plan, planned, share_cores
 from rlsvc.config import load_config
 from rlsvc.loop import NonFiniteGuard, TooManyNonFiniteSteps
@@ -97,15 +95,15 @@ def test_trainer_and_reference_threads_spin_before_sleeping_in_the_synchronous_l
     assert all("GOMP_SPINCOUNT" not in p.options(0)["runtime_env"]["env_vars"] for p in overlapped.values())
 
 
-def test_on_the_local_cluster_a_job_starts_its_actors_set_their_env_themselves(monkeypatch):
+def test_on_the_local_cluster_a_job_starts_actors_that_do_not_spin_set_their_env_themselves(monkeypatch):
     """A runtime env makes Ray start an actor's worker through a set-up process. On the cluster a
-    job starts itself (no address), whose processes inherit the driver's WORKER_ENV, every actor
-    sets its env in its constructor (`with_env`): the same variables, the same class name for
-    Ray. (That the trainer's spin count still reaches OpenMP: tests/integration/test_zero_copy_roles.py.)"""
+    job starts itself (no address), whose processes inherit the driver's WORKER_ENV, the actors
+    that need no GOMP_SPINCOUNT from their first instruction set their env in their constructor
+    (`with_env`): the same variables, the same class name for Ray."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     labels = {"CPU": 8.0, "rlsvc_gpu_node": 1.0, "rlsvc_cpu_node": 1.0}
     local = plan(load_config(None, []), labels, 1)
-    assert all(p.env_in_process for p in local.values())
+    assert {r for r, p in local.items() if p.env_in_process} == {"rollout", "env", "reward", "buffer"}
     assert all(("runtime_env" in p.options(0)) != p.env_in_process for p in local.values())
     joined = plan(load_config(None, ["cluster.address=127.0.0.1:6379"]), labels, 1)
     assert all(p.options(0)["runtime_env"]["env_vars"] == p.worker_env() for p in joined.values())
@@ -122,30 +120,6 @@ def test_on_the_local_cluster_a_job_starts_its_actors_set_their_env_themselves(m
     cls = with_env(Probe, env)
     assert (cls.__name__, cls.__qualname__) == ("Probe", Probe.__qualname__)
     assert cls("RLSVC_PROBE").seen == "set" and threads == [int(env["OMP_NUM_THREADS"])]
-
-
-def test_a_spin_count_set_after_openmp_started_is_reported(monkeypatch, caplog):
-    """This process has loaded torch's OpenMP, so a GOMP_SPINCOUNT set now cannot take effect:
-    `with_env` says so rather than leave the trainer's threads silently asleep."""
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    local = plan(load_config(None, []), {"CPU": 8.0, "rlsvc_gpu_node": 1.0, "rlsvc_cpu_node": 1.0}, 1)
-    torch.ones(2).sum()  # OpenMP is loaded with torch
-    assert openmp_loaded()
-
-    class Probe:
-        pass
-
-    for key in (*local["trainer"].worker_env(), *local["env"].worker_env()):  # restored after the test
-        monkeypatch.setenv(key, os.environ.get(key, ""))
-    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)
-    monkeypatch.setattr(actors, "enable_zero_copy_tensors", lambda: None)  # a Ray worker's part
-    with caplog.at_level(logging.WARNING, logger="rlsvc.cluster.actors"):
-        assert with_env(Probe, local["trainer"].worker_env())().openmp_started_before_env
-    assert "its threads will not spin" in caplog.text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="rlsvc.cluster.actors"):
-        with_env(Probe, local["env"].worker_env())()  # no spin count asked: nothing to say
-    assert caplog.text == ""
 
 
 def test_asynchronous_rollout_workers_and_trainer_ranks_split_the_cores_of_the_jobs_own_cluster(monkeypatch):
