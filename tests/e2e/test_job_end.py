@@ -1,0 +1,48 @@
+"""The end of a job: once the final policy is saved, the actors stop (engines and process groups
+closed, CPUs and GPUs back to the cluster) while the driver evaluates the saved policy, not after
+(`run` in rlsvc/job.py). The job's task (tests/e2e/job_end/stop_probe.py, BlackJack) waits in its
+final evaluation, at most 90 s, until Ray lists none of the job's named actors; were they stopped
+only after the evaluation, it would find them all still there when its wait ran out. Its
+validation, in training, counts them too, so an empty list cannot pass by looking elsewhere."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+PROBE = Path(__file__).with_name("job_end")
+
+
+def test_actors_stop_while_the_saved_policy_is_evaluated(tmp_path):
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "disabled",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE), os.environ.get("PYTHONPATH")])),
+    }
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlsvc.train",
+        "env.task=stop_probe:make",
+        "run.steps=2",
+        "eval.every_steps=1",
+        "eval.episodes=1000",
+        f"run.output_dir={tmp_path / 'runs'}",
+        f"tracking.tracking_uri={uri}",
+    ]
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
+    evaluation = result["eval"]
+    # the probe saw the job's actors while it trained (so it looks where they are), and saw them
+    # go during the final evaluation
+    assert evaluation["probe_actors_in_training"] >= 5, evaluation
+    assert evaluation["probe_actors_left"] == 0, evaluation
+    assert -1.0 <= evaluation["mean_return"] <= 1.0 and result["steps"] == 2
