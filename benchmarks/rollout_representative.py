@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -102,6 +103,25 @@ def vllm_generate(worker, prompts: list[list[int]], lengths: list[int]) -> None:
     outs = ray.get(worker.generate.remote(prompts, list(range(len(prompts))), max_tokens=lengths))
     assert [len(o["token_ids"]) for o in outs] == lengths, "vLLM completions of the wrong length"
     assert all(len(o["logprobs"]) == n for o, n in zip(outs, lengths, strict=True))
+
+
+def prompt_phase(worker, args: argparse.Namespace, vocab: int, pairs: int) -> dict:
+    """What vLLM's call spends on prompts, from calls of one token each on fresh prompts: all of a
+    call's prompts (its groups) against one prompt per group. vLLM reads a repeated prompt from
+    its prefix cache in whole KV blocks but computes at least the last token for its logits, and
+    cannot start mid-block, so every repeat of a block-aligned prompt recomputes its last block."""
+    import ray
+
+    def timed(prompts: list[list[int]]) -> float:
+        t0 = time.perf_counter()
+        ray.get(worker.generate.remote(prompts, list(range(len(prompts))), max_tokens=[1] * len(prompts)))
+        return time.perf_counter() - t0
+
+    groups, distinct = [], []
+    for k in range(pairs):  # prompts no call has used (seeds apart from the timed calls')
+        groups.append(timed(workload(args, vocab, 10_000 + k)[0]))
+        distinct.append(timed(workload(args, vocab, 20_000 + k)[0][:: args.group_size]))
+    return {"groups_s": spread(groups), "distinct_s": spread(distinct)}
 
 
 class IdleCpu:
@@ -178,6 +198,7 @@ def main() -> None:
                 args.pairs,
                 args.warmup,
             )
+            prompts = prompt_phase(worker, args, vocab, args.pairs)
             ray.get(worker.close.remote())
         finally:
             ray.shutdown()
@@ -206,6 +227,7 @@ def main() -> None:
         "idle_actor_cpu_share_during_hf": idle_actor.cpu_s / idle_actor.wall_s,
         "driver_cpu_share_during_vllm": idle_driver.cpu_s / idle_driver.wall_s,
         # how much of HF's decoding was padding: the batch runs to its longest row
+        "prompt_phase": prompts,
         "hf_padding": spread([1 - n / (len(calls[k][1]) * max(calls[k][1])) for k, n in enumerate(useful)]),
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -230,8 +252,26 @@ def markdown(data: dict) -> str:
             f"| rlsvc rollout worker (vLLM) | {v['median']:.0f} ({v['min']:.0f}-{v['max']:.0f}) |",
             f"| HF `generate` | {h['median']:.0f} ({h['min']:.0f}-{h['max']:.0f}) |",
             f"| **rlsvc / HF, per pair** | **{r['median']:.2f}x** ({r['min']:.2f}-{r['max']:.2f}) |",
+            *prompt_lines(data),
         ]
     )
+
+
+def prompt_lines(data: dict) -> list[str]:
+    """The prompt phase of vLLM's call (`prompt_phase`), against its whole call."""
+    if "prompt_phase" not in data:  # results written before it was measured
+        return []
+    a, p = data["args"], data["prompt_phase"]
+    call = statistics.median(r["vllm_s"] for r in data["pairs"])
+    repeats = p["groups_s"]["median"] - p["distinct_s"]["median"]
+    return [
+        "",
+        f"vLLM's prompt phase, {a['pairs']} calls of one token each on fresh prompts (median): the call's "
+        f"{a['groups'] * a['group_size']} prompts {p['groups_s']['median']:.2f} s, its {a['groups']} distinct prompts alone "
+        f"{p['distinct_s']['median']:.2f} s. The repeats' share, {repeats:.2f} s, is {repeats / call:.0%} of the median "
+        f"vLLM call ({call:.2f} s): each repeat of a prompt recomputes its last KV block (vLLM computes at least "
+        "a prompt's last token, from a block boundary).",
+    ]
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ def test_rollout_representative_quick_compares_equal_work(tmp_path: Path):
     assert pair["useful_tokens"] == sum(data["lengths"][0])  # both sides sampled these lengths
     assert pair["vllm_s"] > 0 and pair["hf_s"] > 0 and math.isclose(pair["ratio"], pair["hf_s"] / pair["vllm_s"])
     assert 0 < data["hf_padding"]["median"] < 1
+    prompts = data["prompt_phase"]  # the call's prompts, and one per group, timed apart
+    assert prompts["groups_s"]["median"] > 0 and prompts["distinct_s"]["median"] > 0
 
 
 def quick_args(module: str) -> list[str]:
