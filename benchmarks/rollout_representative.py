@@ -37,7 +37,6 @@ import argparse
 import json
 import os
 import random
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -262,7 +261,7 @@ def prompt_lines(data: dict) -> list[str]:
     if "prompt_phase" not in data:  # results written before it was measured
         return []
     a, p = data["args"], data["prompt_phase"]
-    call = statistics.median(r["vllm_s"] for r in data["pairs"])
+    call = spread([r["vllm_s"] for r in data["pairs"]])["median"]
     repeats = p["groups_s"]["median"] - p["distinct_s"]["median"]
     return [
         "",
