@@ -269,17 +269,30 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
     folder = create_run_folder(cfg.run.output_dir, f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}") if resume is None else resume.run
     run_dir = folder.local
     (run_dir / "config.yaml").write_text(to_yaml(cfg))
-    # The MLflow run comes first: its id goes on the Ray job (metadata) the moment the driver joins.
-    # It is named after the run folder (config name + start time): unique within the experiment.
-    # A resumed job continues the same run, its step numbers carrying on from the checkpoint's.
+    # The MLflow run is opened while Ray starts, on another thread: its id goes on the Ray job
+    # (metadata) when the driver registers, which waits for it (`connect`). It is named after the
+    # run folder (config name + start time): unique within the experiment. A resumed job
+    # continues the same run, its step numbers carrying on from the checkpoint's.
     experiment = cfg.tracking.experiment or cfg.run.name
-    tracker = MlflowTracker(
-        resume.state["tracking_uri"] if resume else resolve_tracking_uri(cfg.tracking.tracking_uri),
-        experiment,
-        run_dir.name,
-        cfg.tracking.system_metrics_interval_s,
-        run_id=resume.state["mlflow_run_id"] if resume else None,
-    )
+
+    def open_tracker() -> MlflowTracker:
+        nonlocal tracker  # as soon as the run exists: a job that fails later marks it FAILED
+        tracker = opened = MlflowTracker(
+            resume.state["tracking_uri"] if resume else resolve_tracking_uri(cfg.tracking.tracking_uri),
+            experiment,
+            run_dir.name,
+            cfg.tracking.system_metrics_interval_s,
+            run_id=resume.state["mlflow_run_id"] if resume else None,
+        )
+        if resume is None:
+            opened.log_params(flatten(cfg.model_dump(mode="json")))
+            opened.log_artifact(run_dir / "config.yaml")
+        else:
+            # params are immutable in MLflow: what the resumed job changed (e.g. run.steps) is a tag
+            opened.set_tags(resumed_tags(opened, cfg, resume))
+        return opened
+
+    tracker: MlflowTracker | None = None
     conn = None
     svc: Services | None = None
     stopping: Future | None = None  # the actors' stop, begun once the final policy is saved
@@ -287,23 +300,26 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
 
     def out_of_grace() -> None:
         console.print(f"SIGTERM: the step in flight did not end within run.preemption_grace_s={cfg.run.preemption_grace_s}; exiting")
-        tracker.finish("KILLED")
+        if tracker is not None:
+            tracker.finish("KILLED")
         os._exit(PREEMPTED)  # the newest checkpoint is where --resume starts
 
     preemption = Preemption(cfg.run.preemption_grace_s, out_of_grace)
     try:
-        if resume is None:
-            tracker.log_params(flatten(cfg.model_dump(mode="json")))
-            tracker.log_artifact(run_dir / "config.yaml")
-        else:
-            # params are immutable in MLflow: what the resumed job changed (e.g. run.steps) is a tag
-            tracker.set_tags(resumed_tags(tracker, cfg, resume))
-
-        # The initial model is built (or the pretrained one checked and its tokenizer read) on
-        # another thread while Ray starts: the driver's two slowest set-up steps, each mostly on one core.
-        with ThreadPoolExecutor(1, thread_name_prefix="rlsvc-prepare") as pool:
+        # The MLflow run and the initial model (or the pretrained one checked and its tokenizer
+        # read) are made on other threads while Ray starts: the driver's slowest set-up steps,
+        # each mostly on one core, beside Ray's own processes starting on the other.
+        with ThreadPoolExecutor(2, thread_name_prefix="rlsvc-prepare") as pool:
+            tracking = pool.submit(open_tracker)
             preparing = pool.submit(prepare_model, cfg)
-            conn = connect(cfg.cluster, metadata=ray_job_metadata(cfg, tracker.run_id, experiment))
+
+            def job_metadata() -> dict[str, str]:
+                if tracking.exception() is not None:
+                    return {}  # raised below, once connected: the cluster is then shut down
+                return ray_job_metadata(cfg, tracking.result().run_id, experiment)
+
+            conn = connect(cfg.cluster, metadata=job_metadata)
+            tracker = tracking.result()
         preemption.install()  # after Ray's: ray.init sets a SIGTERM handler that exits at once
         resources, nodes = cluster_view()
         tracker.set_tags(
@@ -442,7 +458,8 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         summary(console, cfg, loop.version, saved_version, last, result, checkpoint, tracker, total_s, model_uri)
         return 0
     finally:
-        tracker.finish(status)
+        if tracker is not None:
+            tracker.finish(status)
         if stopping is not None:
             stopping.result()
         elif svc is not None:

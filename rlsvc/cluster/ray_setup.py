@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -129,17 +130,41 @@ def is_loopback(address: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
-def connect(cfg: ClusterConfig, log_to_driver: bool = True, metadata: dict[str, str] | None = None) -> Connection:
+def registration_job_config(metadata: dict[str, str] | Callable[[], dict[str, str]] | None):
+    """A Ray JobConfig carrying `metadata`; a callable is called when Ray serializes the config
+    to register the driver, which `ray.init` does after it has started a local cluster's
+    processes. So values the job makes meanwhile (its MLflow run id, created while Ray starts)
+    still go on the job. Where Ray serialized it earlier, the call just waits sooner."""
+    from ray.job_config import JobConfig
+
+    if not callable(metadata):
+        return JobConfig(metadata=dict(metadata or {}))
+
+    class RegistrationJobConfig(JobConfig):
+        def _get_proto_job_config(self):  # every serialization of the config goes through here
+            nonlocal metadata
+            if metadata is not None:
+                values, metadata = metadata(), None
+                self.metadata.update(values)
+                self._cached_pb = None
+            return super()._get_proto_job_config()
+
+    return RegistrationJobConfig()
+
+
+def connect(
+    cfg: ClusterConfig, log_to_driver: bool = True, metadata: dict[str, str] | Callable[[], dict[str, str]] | None = None
+) -> Connection:
     """Join `cfg`'s cluster or start a local one. `metadata` goes on this driver's Ray job (its
-    JobConfig; `ray list jobs --detail` shows it), and on its submission when it was submitted."""
+    JobConfig; `ray list jobs --detail` shows it), and on its submission when it was submitted;
+    a callable is asked for it once the cluster is up (`registration_job_config`)."""
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     for k, v in WORKER_ENV.items():
         os.environ.setdefault(k, v)
     import ray
-    from ray.job_config import JobConfig
 
     address = cfg.resolved_address()
-    job_config = JobConfig(metadata=dict(metadata or {}))
+    job_config = registration_job_config(metadata)
     if address:
         check_reachable(address)
         # No runtime_env here: it would replace the one `ray job submit` gave this driver (its
@@ -158,8 +183,8 @@ def connect(cfg: ClusterConfig, log_to_driver: bool = True, metadata: dict[str, 
             **({"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}),
         )
         started = True
-    if metadata:
-        annotate_submission(metadata)
+    if job_config.metadata:
+        annotate_submission(job_config.metadata)
     dashboard = getattr(ctx, "dashboard_url", None)
     return Connection(
         started,
