@@ -25,7 +25,7 @@ from rlsvc.checkpoint import ResumePoint, folder_name
 from rlsvc.cluster.errors import ActorDied
 from rlsvc.cluster.metrics import RayStepMetrics
 from rlsvc.cluster.placement import pack, plan
-from rlsvc.cluster.ray_setup import cluster_view, connect, node_resources, submission_metadata
+from rlsvc.cluster.ray_setup import Connection, cluster_view, connect, node_resources, submission_metadata
 from rlsvc.cluster.services import Services, start_services
 from rlsvc.config import Config, flatten, to_yaml
 from rlsvc.heap import freeze_startup_heap
@@ -407,9 +407,10 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         final, saved_version = final_weights(cfg, loop, best, console)
         checkpoint = save_final(cfg, model, final, saved_version, codec, run_dir / FINAL)
         # The actors' work is done: they close (engines, process groups) and give their CPUs and
-        # GPUs back to the cluster while the driver evaluates and logs the saved policy.
+        # GPUs back to the cluster while the driver evaluates and logs the saved policy. A cluster
+        # the job started itself is shut down after them, meanwhile too: nothing below uses Ray.
         pool = ThreadPoolExecutor(1, thread_name_prefix="rlsvc-stop")
-        stopping = pool.submit(svc.stop)
+        stopping = pool.submit(stop_cluster, svc, conn)
         pool.shutdown(wait=False)  # the stop runs on; `finally` waits for it
         result: dict[str, float] = {}
         if cfg.eval.episodes:
@@ -467,6 +468,14 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         if conn is not None:
             conn.shutdown()
         preemption.uninstall()
+
+
+def stop_cluster(svc: Services, conn: Connection) -> None:
+    """Stop the job's actors, then the local cluster when this job started it, so Ray's processes
+    exit while the driver evaluates rather than after it; a joined cluster stays up."""
+    svc.stop()
+    if conn.started_locally:
+        conn.shutdown()
 
 
 def resumed_tags(tracker: MlflowTracker, cfg: Config, resume: ResumePoint) -> dict[str, str]:

@@ -1,9 +1,10 @@
 """The end of a job: once the final policy is saved, the actors stop (engines and process groups
-closed, CPUs and GPUs back to the cluster) while the driver evaluates the saved policy, not after
-(`run` in rlsvc/job.py). The job's task (tests/e2e/job_end/stop_probe.py, BlackJack) waits in its
-final evaluation, at most 90 s, until Ray lists none of the job's named actors; were they stopped
-only after the evaluation, it would find them all still there when its wait ran out. Its
-validation, in training, counts them too, so an empty list cannot pass by looking elsewhere."""
+closed, CPUs and GPUs back to the cluster), and then the local cluster the job started shuts
+down, while the driver evaluates the saved policy, not after (`run` in rlsvc/job.py). The job's
+task (tests/e2e/job_end/stop_probe.py, BlackJack) waits in its final evaluation, at most 90 s,
+until Ray lists none of the job's named actors and the driver is no longer connected; were they
+stopped only after the evaluation, it would find them all still there when its wait ran out.
+Its validation, in training, counts them too, so an empty list cannot pass by looking elsewhere."""
 
 from __future__ import annotations
 
@@ -45,4 +46,5 @@ def test_actors_stop_while_the_saved_policy_is_evaluated(tmp_path):
     # go during the final evaluation
     assert evaluation["probe_actors_in_training"] >= 5, evaluation
     assert evaluation["probe_actors_left"] == 0, evaluation
+    assert evaluation["probe_cluster_up"] == 0, evaluation  # the job's own cluster went down meanwhile too
     assert -1.0 <= evaluation["mean_return"] <= 1.0 and result["steps"] == 2

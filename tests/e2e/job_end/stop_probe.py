@@ -1,5 +1,5 @@
-"""A BlackJack task whose final evaluation first waits, bounded, for the job's actors to be gone
-(tests/e2e/test_job_end.py): selected by import path, `env.task=stop_probe:make`."""
+"""A BlackJack task whose final evaluation first waits, bounded, for the job's actors to be gone,
+then for the local cluster the job started to be shut down (tests/e2e/test_job_end.py): selected by import path, `env.task=stop_probe:make`."""
 
 from __future__ import annotations
 
@@ -12,10 +12,19 @@ WAIT_S = 90.0
 
 
 def live_actor_names() -> list[str]:
-    """The job's named actors (rlsvc-rollout-0, ...) Ray still lists as alive."""
+    """The job's named actors (rlsvc-rollout-0, ...) Ray still lists as alive; none once the job
+    has shut its local cluster down (after stopping them)."""
     import ray
 
-    return sorted(n for n in ray.util.list_named_actors() if n.startswith("rlsvc-"))
+    if not ray.is_initialized():
+        return []
+    try:
+        names = ray.util.list_named_actors()
+    except Exception:
+        if ray.is_initialized():
+            raise
+        return []  # the shutdown began during the call
+    return sorted(n for n in names if n.startswith("rlsvc-"))
 
 
 class StopProbeTask(BlackjackTask):
@@ -27,13 +36,18 @@ class StopProbeTask(BlackjackTask):
         return super().validate(choose, episodes, seed)
 
     def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float]:
+        import ray
+
         deadline = time.monotonic() + WAIT_S
         while (left := live_actor_names()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        while ray.is_initialized() and time.monotonic() < deadline:  # the local cluster, after them
             time.sleep(0.2)
         return {
             **super().evaluate(checkpoint, episodes, seed),
             "probe_actors_in_training": float(self.seen_in_training),
             "probe_actors_left": float(len(left)),
+            "probe_cluster_up": float(ray.is_initialized()),
         }
 
 
