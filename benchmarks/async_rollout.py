@@ -31,7 +31,7 @@ import psutil
 
 from benchmarks import RESULTS_DIR
 from benchmarks.cpu_use import CpuSampler
-from benchmarks.jobs import loop_window, metric_histories, run_job
+from benchmarks.jobs import TRAINING_ONLY, loop_window, metric_histories, run_job
 from benchmarks.pairs import spread
 
 RESULTS = RESULTS_DIR / "async_rollout.json"
@@ -77,6 +77,7 @@ def main() -> None:
         "run.time_budget_minutes=60",
         f"env.step_latency_ms={args.latency_ms}",
         f"eval.episodes={args.eval_episodes}",
+        *TRAINING_ONLY,
         *args.extra,
     ]
     modes = {

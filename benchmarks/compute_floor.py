@@ -33,7 +33,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from benchmarks import RESULTS_DIR
-from benchmarks.jobs import metric_histories, run_job
+from benchmarks.jobs import TRAINING_ONLY, metric_histories, run_job
 
 RESULTS = RESULTS_DIR / "compute_floor.json"
 
@@ -174,7 +174,7 @@ def main() -> None:
     for i in range(args.pairs):
         floor = run_floor(overrides, args.steps)
         with tempfile.TemporaryDirectory(prefix="rlsvc-floor-job-") as tmp:
-            job = metric_histories(run_job(f"floor_job{i}", overrides, Path(tmp)), ["time/step_s", "return_mean"])
+            job = metric_histories(run_job(f"floor_job{i}", [*overrides, *TRAINING_ONLY], Path(tmp)), ["time/step_s", "return_mean"])
         floor_step, job_step = statistics.fmean(floor["step_s"][k:]), statistics.fmean(job["time/step_s"][k:])
         same = next((t for t, (a, b) in enumerate(zip(floor["returns"], job["return_mean"])) if a != b), args.steps)
         pairs.append({"floor": floor, "job": job, "floor_step_s": floor_step, "job_step_s": job_step, "steps_identical": same})

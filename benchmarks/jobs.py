@@ -9,6 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+TRAINING_ONLY = ["tracking.log_model=false"]
+"""Overrides for the jobs of a benchmark that times training only (its steps and training loop,
+not the whole job): the end of such a job logs its checkpoint but no MLflow model, which would
+copy it again and load it once more in the driver (docs/tracking.md). Jobs compared with an
+older commit's (`step_speedup`) keep the default: that commit has no such setting, and their
+whole-job times must count the same work."""
+
 
 def run_job(
     name: str, overrides: list[str], out: Path, config: str | None = None, tree: Path | None = None, pythonpath: Path | None = None

@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
-from benchmarks.jobs import metric_histories, run_job
+from benchmarks.jobs import TRAINING_ONLY, metric_histories, run_job
 
 RESULTS = RESULTS_DIR / "step_anatomy.json"
 SYNC_PHASES = ["generate", "env", "score", "buffer", "reference", "train", "sync", "validate", "checkpoint"]
@@ -115,7 +115,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
-    common = [f"run.steps={args.steps}", "run.time_budget_minutes=600", f"eval.episodes={args.eval_episodes}", *args.extra]
+    common = [f"run.steps={args.steps}", "run.time_budget_minutes=600", f"eval.episodes={args.eval_episodes}", *TRAINING_ONLY, *args.extra]
     rows = {}
     with tempfile.TemporaryDirectory(prefix="rlsvc-anatomy-") as tmp:
         for i, (mode, extra) in enumerate(MODES.items()):

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import RESULTS_DIR
-from benchmarks.jobs import run_job
+from benchmarks.jobs import TRAINING_ONLY, run_job
 from benchmarks.pairs import spread
 
 RESULTS = RESULTS_DIR / "vs_trl.json"
@@ -101,6 +101,7 @@ def run_rlsvc(args: argparse.Namespace, out: Path, name: str, mode: list[str]) -
         "run.checkpoint_every=0",
         f"grpo.group_size={args.group_size}",
         f"grpo.groups_per_step={args.prompts}",
+        *TRAINING_ONLY,
         *mode,
     ]
     result = run_job(name, overrides, out)

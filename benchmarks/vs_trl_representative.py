@@ -59,7 +59,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from benchmarks import RESULTS_DIR
-from benchmarks.jobs import metric_sums, run_job
+from benchmarks.jobs import TRAINING_ONLY, metric_sums, run_job
 from benchmarks.pairs import spread
 from benchmarks.rollout_representative import MODEL
 from benchmarks.vs_trl import TRL, add_modes_argument, grpo_config, selected_modes
@@ -103,6 +103,7 @@ def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str, mode
         "run.checkpoint_every=0",
         "eval.every_steps=0",
         "eval.episodes=0",
+        *TRAINING_ONLY,
         *mode,
     ]
     # the task module is imported by the driver and by the env and reward actors, which inherit this path

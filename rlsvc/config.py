@@ -449,6 +449,11 @@ class TrackingConfig(Strict):
     (MLflow's sampler); None: off."""
     transcripts: int = Field(16, ge=0)
     """Sample episodes written as a transcript artifact at the first and last step."""
+    log_model: bool = True
+    """Log the saved policy as an MLflow pyfunc model too (`runs:/<run_id>/policy`), which MLflow
+    loads once in the driver to check that it serves its input example. It holds a second copy of
+    the checkpoint, which is logged as an artifact either way; off for large models whose copy
+    is not wanted, or where the job's end should not load the model again."""
 
 
 class FaultConfig(Strict):

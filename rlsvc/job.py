@@ -431,8 +431,10 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
                 tracker.log_artifact(path, path.name if path.is_dir() else None)
         # the same policy as an MLflow model; its input example is what the policy read last step
         # decoded with the chat template's special tokens: the pyfunc model encodes them back
-        examples = [codec.tokenizer.decode(ep.prompts[0], skip_special_tokens=not task.chat) for ep in last_episodes[:2] if ep.prompts]
-        model_uri = tracker.log_policy_model(checkpoint, examples or [""])
+        model_uri = None
+        if cfg.tracking.log_model:
+            examples = [codec.tokenizer.decode(ep.prompts[0], skip_special_tokens=not task.chat) for ep in last_episodes[:2] if ep.prompts]
+            model_uri = tracker.log_policy_model(checkpoint, examples or [""])
         (run_dir / "result.json").write_text(
             json.dumps(
                 {
@@ -505,7 +507,7 @@ def summary(
     checkpoint: Path,
     tracker: MlflowTracker,
     total_s: float,
-    model_uri: str,
+    model_uri: str | None,
 ) -> None:
     table = Table(title="rlsvc run summary", show_header=False)
     rows = [
@@ -517,7 +519,7 @@ def summary(
         ("wall time", f"{total_s:.0f} s"),
         ("checkpoint", str(checkpoint)),
         ("mlflow run id", tracker.run_id),
-        ("mlflow model", model_uri),
+        ("mlflow model", model_uri or "not logged (tracking.log_model=false)"),
         ("mlflow tracking uri", tracker.tracking_uri),
     ]
     for k, v in rows:

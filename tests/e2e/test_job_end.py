@@ -4,7 +4,8 @@ down, while the driver evaluates the saved policy, not after (`run` in rlsvc/job
 task (tests/e2e/job_end/stop_probe.py, BlackJack) waits in its final evaluation, at most 90 s,
 until Ray lists none of the job's named actors and the driver is no longer connected; were they
 stopped only after the evaluation, it would find them all still there when its wait ran out.
-Its validation, in training, counts them too, so an empty list cannot pass by looking elsewhere."""
+Its validation, in training, counts them too, so an empty list cannot pass by looking elsewhere.
+The job runs with `tracking.log_model=false`: its end logs the checkpoint but no MLflow model."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def test_actors_stop_while_the_saved_policy_is_evaluated(tmp_path):
         "eval.episodes=1000",
         f"run.output_dir={tmp_path / 'runs'}",
         f"tracking.tracking_uri={uri}",
+        "tracking.log_model=false",
     ]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
@@ -48,3 +50,9 @@ def test_actors_stop_while_the_saved_policy_is_evaluated(tmp_path):
     assert evaluation["probe_actors_left"] == 0, evaluation
     assert evaluation["probe_cluster_up"] == 0, evaluation  # the job's own cluster went down meanwhile too
     assert -1.0 <= evaluation["mean_return"] <= 1.0 and result["steps"] == 2
+    # tracking.log_model=false: the checkpoint is the run's artifact, with no MLflow model beside it
+    from mlflow.tracking import MlflowClient
+
+    artifacts = {a.path for a in MlflowClient(uri).list_artifacts(result["mlflow_run_id"])}
+    assert result["mlflow_model_uri"] is None and "checkpoint" in artifacts and "policy" not in artifacts, artifacts
+    assert "not logged (tracking.log_model=false)" in " ".join(out.stdout.split())
