@@ -475,9 +475,11 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
 def stop_cluster(svc: Services, conn: Connection) -> None:
     """Stop the job's actors, then the local cluster when this job started it, so Ray's processes
     exit while the driver evaluates rather than after it; a joined cluster stays up."""
-    svc.stop()
-    if conn.started_locally:
-        conn.shutdown()
+    try:
+        svc.stop()
+    finally:  # an actor that would not stop still leaves no local cluster behind
+        if conn.started_locally:
+            conn.shutdown()
 
 
 def resumed_tags(tracker: MlflowTracker, cfg: Config, resume: ResumePoint) -> dict[str, str]:

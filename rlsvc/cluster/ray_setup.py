@@ -130,21 +130,20 @@ def is_loopback(address: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
-def registration_job_config(metadata: dict[str, str] | Callable[[], dict[str, str]] | None):
-    """A Ray JobConfig carrying `metadata`; a callable is called when Ray serializes the config
-    to register the driver, which `ray.init` does after it has started a local cluster's
-    processes. So values the job makes meanwhile (its MLflow run id, created while Ray starts)
-    still go on the job. Where Ray serialized it earlier, the call just waits sooner."""
+def registration_job_config(metadata: Callable[[], dict[str, str]]):
+    """A Ray JobConfig whose `metadata` is called when Ray serializes the config to register the
+    driver, which `ray.init` does after it has started a local cluster's processes. So values the
+    job makes meanwhile (its MLflow run id, created while Ray starts) still go on the job. Where
+    Ray serialized it earlier, the call just waits sooner."""
     from ray.job_config import JobConfig
 
-    if not callable(metadata):
-        return JobConfig(metadata=dict(metadata or {}))
+    pending: Callable[[], dict[str, str]] | None = metadata
 
     class RegistrationJobConfig(JobConfig):
         def _get_proto_job_config(self):  # every serialization of the config goes through here
-            nonlocal metadata
-            if metadata is not None:
-                values, metadata = metadata(), None
+            nonlocal pending
+            if pending is not None:
+                values, pending = pending(), None
                 self.metadata.update(values)
                 self._cached_pb = None
             return super()._get_proto_job_config()
@@ -164,7 +163,13 @@ def connect(
     import ray
 
     address = cfg.resolved_address()
-    job_config = registration_job_config(metadata)
+    given: dict[str, str] = {}  # this job's own: the config also holds a submission's metadata
+
+    def resolved() -> dict[str, str]:
+        given.update(metadata() if callable(metadata) else metadata or {})
+        return given
+
+    job_config = registration_job_config(resolved)
     if address:
         check_reachable(address)
         # No runtime_env here: it would replace the one `ray job submit` gave this driver (its
@@ -183,8 +188,8 @@ def connect(
             **({"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}),
         )
         started = True
-    if job_config.metadata:
-        annotate_submission(job_config.metadata)
+    if given:
+        annotate_submission(given)
     dashboard = getattr(ctx, "dashboard_url", None)
     return Connection(
         started,

@@ -30,7 +30,8 @@ def metadata():
 
 conn = connect(load_config(None, []).cluster, log_to_driver=False, metadata=metadata)
 try:
-    [job] = [j for j in list_jobs(detail=True) if j.job_id == conn.job_id]
+    # this cluster's by its address: the test session may have a Ray cluster of its own
+    [job] = [j for j in list_jobs(address=conn.dashboard_url, detail=True) if j.job_id == conn.job_id]
     print("RESULT " + json.dumps({"asked": asked, "metadata": job.metadata}))
 finally:
     conn.shutdown()

@@ -1,5 +1,6 @@
 """A BlackJack task whose final evaluation first waits, bounded, for the job's actors to be gone,
-then for the local cluster the job started to be shut down (tests/e2e/test_job_end.py): selected by import path, `env.task=stop_probe:make`."""
+then for the local cluster the job started to be shut down (tests/e2e/test_job_end.py): selected
+by import path, `env.task=stop_probe:make`."""
 
 from __future__ import annotations
 
