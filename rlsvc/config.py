@@ -347,7 +347,7 @@ class GRPOConfig(Strict):
     clip_eps_high: float | None = Field(None, gt=0)
     """Upper clip of the ratio (DAPO's clip-higher); None means clip_eps."""
     kl_coef: float = Field(0.2, ge=0)
-    """Weight of the k3 KL to the reference model; 0 does not start the reference actor."""
+    """Weight of the k3 KL to the reference model; 0 builds no reference (`trainer.reference_actor`)."""
     normalization: Literal["token", "sequence"] = "token"
     """`token`: every sampled token weighs the same; `sequence`: every episode weighs the same."""
     tis_cap: float | None = Field(None, gt=0)
@@ -387,6 +387,13 @@ class TrainerConfig(Strict):
     """Trainer ranks and the reference keep the memory each step frees for the next step instead
     of returning it to the kernel (glibc `mallopt`, rlsvc/malloc.py): the pages of a
     step's activations are not faulted in again every step; the process holds its peak memory."""
+    reference_actor: bool | None = None
+    """Where the frozen reference model (`grpo.kl_coef` > 0) lives. False: in trainer rank 0's
+    process, computing with that rank's threads while the trainer waits for it: one process fewer
+    to start, and on GPUs a second copy of the policy in rank 0's memory. True: an actor of its
+    own (`rlsvc-reference`, with a GPU of its own where the ranks have GPUs). None: its own actor
+    in the asynchronous loop, whose scorer thread asks for reference logprobs while the trainer
+    steps; rank 0 in the synchronous loop, where the two take turns."""
 
 
 class BufferConfig(Strict):

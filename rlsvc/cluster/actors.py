@@ -19,7 +19,7 @@ from rlsvc.heap import freeze_startup_heap
 if TYPE_CHECKING:
     import torch
 
-    from rlsvc.trainer.titan_trainer import TitanTrainer
+    from rlsvc.trainer.titan_trainer import TitanReference, TitanTrainer
 
 
 def with_env(cls: type, env: dict[str, str]) -> type:
@@ -157,8 +157,9 @@ class RolloutWorker(_WeightSyncEndpoint):
 
 
 class TrainerWorker(_WeightSyncEndpoint):
-    """One trainer rank. Set-up is a second call so all ranks can be created before any of them
-    blocks in `init_process_group`."""
+    """One trainer rank, and the frozen reference model's host: rank 0 holds it beside its
+    trainer, or a TrainerWorker of its own holds only it (`trainer.reference_actor`). Set-up is a
+    second call so all ranks can be created before any of them blocks in `init_process_group`."""
 
     _ws_side, _ws_owner_attr = "trainer", "publisher"
 
@@ -166,6 +167,7 @@ class TrainerWorker(_WeightSyncEndpoint):
         _use_reserved_cores()
         self.rank, self.world_size = rank, world_size
         self.trainer: TitanTrainer = None  # type: ignore[assignment]  # built by `setup`
+        self.reference: TitanReference | None = None  # built by `setup_reference`
         self._store = None  # rank 0's rendezvous store (rendezvous_address), kept for the group's life
 
     def rendezvous_address(self) -> str:
@@ -187,6 +189,16 @@ class TrainerWorker(_WeightSyncEndpoint):
         if rendezvous is not None:
             store = self._store if self.rank == 0 else join(rendezvous, self.world_size)
         self.trainer = spec.build(rank=self.rank, world_size=self.world_size, dist_store=store, init_hf_state_dict=init_hf_state_dict)
+        freeze_startup_heap()
+        return True
+
+    def setup_reference(self, spec: Any, hf_state_dict: dict | None) -> bool:
+        """Build the frozen reference from `spec` (a TrainerSpec), with these weights if given."""
+        from rlsvc.malloc import keep_freed_memory
+
+        if spec.trainer.keep_freed_memory:
+            keep_freed_memory()
+        self.reference = spec.build_reference(hf_state_dict)
         freeze_startup_heap()
         return True
 
@@ -225,6 +237,23 @@ class TrainerWorker(_WeightSyncEndpoint):
 
     def parameter_checksum(self) -> float:
         return self.trainer.parameter_checksum()
+
+    # the reference's endpoints (callers go through ReferenceModel)
+    def reference_logprobs(
+        self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self._reference().logprobs(input_ids, allowed_token_ids, lengths)
+
+    def load_reference(self, sd: dict[str, torch.Tensor]) -> None:
+        self._reference().load_hf_state_dict(sd)
+
+    def reference_hf_state_dict(self) -> dict[str, torch.Tensor]:
+        return self._reference().hf_state_dict()
+
+    def _reference(self) -> TitanReference:
+        if self.reference is None:
+            raise RuntimeError("this TrainerWorker holds no reference model (setup_reference was not called)")
+        return self.reference
 
     # weight sync (rlsvc/weight_sync): every rank stages (the gather is a collective); rank 0
     # is the source of the buckets

@@ -101,33 +101,34 @@ class TrainerGroup:
 
 
 class ReferenceModel:
-    """The frozen reference policy for the KL term: one TrainerWorker (rank 0 of 1)."""
+    """The frozen reference policy for the KL term, held by a TrainerWorker: trainer rank 0 (beside
+    its trainer) or an actor of its own (`trainer.reference_actor`)."""
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
 
     def setup(self, spec: TrainerSpec, hf_state_dict: dict | None) -> None:
-        ray.get(self.actor.setup.remote(spec, None, hf_state_dict))
+        ray.get(self.actor.setup_reference.remote(spec, hf_state_dict))
 
     def start_setup(self, spec: TrainerSpec) -> Callable[[dict], None]:
         """Build the reference now, without waiting, and return the call that gives it the
         weights to keep: a job builds it while the trainer warm-starts (the import and the
         model build ran after the warm start before, on one core, about 3 s of start-up)."""
-        building = self.actor.setup.remote(spec, None, None)
+        building = self.actor.setup_reference.remote(spec, None)
 
         def load(hf_state_dict: dict) -> None:
             ray.get(building)
-            ray.get(self.actor.load_hf_state_dict.remote(hf_state_dict))
+            ray.get(self.actor.load_reference.remote(hf_state_dict))
 
         return load
 
     def logprobs(
         self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return ray.get(self.actor.logprobs.remote(input_ids, allowed_token_ids, lengths))  # type: ignore[no-any-return]
+        return ray.get(self.actor.reference_logprobs.remote(input_ids, allowed_token_ids, lengths))  # type: ignore[no-any-return]
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
-        return ray.get(self.actor.hf_state_dict.remote())  # type: ignore[no-any-return]
+        return ray.get(self.actor.reference_hf_state_dict.remote())  # type: ignore[no-any-return]
 
 
 class ReplayBufferClient:

@@ -124,11 +124,19 @@ def actor_name(role: Role, index: int, count: int = 2) -> str:
     return f"rlsvc-{role}" if role in ("buffer", "reference", "reward") and count == 1 else f"rlsvc-{role}-{index}"
 
 
+def reference_host(cfg: Config) -> Literal["actor", "rank0"] | None:
+    """Where the job's reference model lives (`trainer.reference_actor`); None: it has none."""
+    if cfg.grpo.kl_coef <= 0:
+        return None
+    own = cfg.trainer.reference_actor
+    return "actor" if (cfg.rollout.asynchronous if own is None else own) else "rank0"
+
+
 def role_counts(cfg: Config) -> dict[Role, int]:
     return {
         "rollout": cfg.rollout.num_workers,
         "trainer": cfg.trainer.num_ranks,
-        "reference": 1 if cfg.grpo.kl_coef > 0 else 0,
+        "reference": 1 if reference_host(cfg) == "actor" else 0,
         "env": cfg.env.num_actors,
         "reward": 1,
         "buffer": 1,

@@ -14,7 +14,7 @@ import ray
 from rlsvc.cluster.actors import BufferWorker, EnvWorker, RewardWorker, RolloutWorker, TrainerWorker, with_env
 from rlsvc.cluster.fleet import RayEnvFleet, RayGenerator
 from rlsvc.cluster.groups import ReferenceModel, ReplayBufferClient, RewardClient, TrainerGroup
-from rlsvc.cluster.placement import Placement, Role, actor_name
+from rlsvc.cluster.placement import Placement, Role, actor_name, reference_host
 from rlsvc.cluster.weight_sync.base import build_weight_sync
 from rlsvc.config import Config
 from rlsvc.rollout.spec import EngineSpec
@@ -32,6 +32,7 @@ class Services:
     rollout: list[Any]
     trainers: list[Any]
     reference: Any | None
+    """The reference model's own actor; None where it has none (the reference in rank 0, or none)."""
     envs: list[Any]
     reward: Any
     buffer: Any
@@ -43,6 +44,8 @@ class Services:
     """Starts rollout worker i (same name, placement and engine settings): replaces a dead one."""
     make_policy_group: Callable[[], tuple[list[Any], Any]] | None = None
     """Starts the trainer ranks and the reference model afresh (set-up is the caller's)."""
+    reference_in_rank0: bool = False
+    """The reference model lives in trainer rank 0's process (`trainer.reference_actor`)."""
 
     def all_actors(self) -> list[Any]:
         ref = [self.reference] if self.reference is not None else []
@@ -55,8 +58,11 @@ class Services:
 
     @property
     def reference_model(self) -> ReferenceModel | None:
-        """The reference policy for the KL term; None without one (grpo.kl_coef = 0)."""
-        return ReferenceModel(self.reference) if self.reference is not None else None
+        """The reference policy for the KL term; None without one (grpo.kl_coef = 0). Follows
+        `restart_policy_group`, like `trainer_group`."""
+        if self.reference is not None:
+            return ReferenceModel(self.reference)
+        return ReferenceModel(self.trainers[0]) if self.reference_in_rank0 else None
 
     @property
     def buffer_client(self) -> ReplayBufferClient:
@@ -162,9 +168,11 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
     rollout = [make_rollout(i) for i in range(cfg.rollout.num_workers)]
     n = cfg.trainer.num_ranks
 
+    host = reference_host(cfg)
+
     def make_policy_group() -> tuple[list[Any], Any]:
         trainers = [_actor(TrainerWorker, placement["trainer"], rank)(rank, n) for rank in range(n)]
-        return trainers, (_actor(TrainerWorker, placement["reference"])(0, 1) if cfg.grpo.kl_coef > 0 else None)
+        return trainers, (_actor(TrainerWorker, placement["reference"])(0, 1) if host == "actor" else None)
 
     trainers, reference = make_policy_group()
     envs = [_actor(EnvWorker, placement["env"], i)(cfg.env) for i in range(cfg.env.num_actors)]
@@ -182,4 +190,5 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         names=[p.options(i)["name"] for p in placement.values() for i in range(p.count)],
         make_rollout=make_rollout,
         make_policy_group=make_policy_group,
+        reference_in_rank0=host == "rank0",
     )

@@ -140,8 +140,11 @@ class TitanReference(_PolicyBase):
         seed: int = 0,
         device: str = "auto",
         param_dtype: str = "auto",
+        micro_batch_tokens: int = MICRO_BATCH_TOKENS,
+        share_prefixes: bool = True,
     ) -> None:
         self.spec = as_spec(model)
+        self.micro_batch_tokens, self.share_prefixes = micro_batch_tokens, share_prefixes
         self.device = pick_device(device)
         self.dtype = compute_dtype(param_dtype, self.device)
         self.model = self.spec.build(seed, self.device).requires_grad_(False).eval()
@@ -150,6 +153,10 @@ class TitanReference(_PolicyBase):
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         self.model.load_state_dict(self.spec.from_hf(sd))
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """The weights in the checkpoint's names, contiguous CPU copies (a training checkpoint's)."""
+        return self.spec.to_hf(self.model.state_dict(), copy=True)
 
 
 class TitanTrainer(_PolicyBase):
@@ -472,6 +479,19 @@ class TrainerSpec:
             world_size=world_size,
             dist_store=dist_store,
             init_hf_state_dict=init_hf_state_dict,
+            micro_batch_tokens=t.micro_batch_tokens,
+            share_prefixes=t.share_prefixes,
+        )
+
+    def build_reference(self, hf_state_dict: dict[str, torch.Tensor] | None = None) -> TitanReference:
+        """The frozen reference: the same model, dtype and forward passes as a trainer rank's,
+        unsharded (whichever process holds it computes every row itself)."""
+        t = self.trainer
+        return TitanReference(
+            self.model,
+            hf_state_dict=hf_state_dict,
+            seed=self.seed,
+            param_dtype=t.param_dtype,
             micro_batch_tokens=t.micro_batch_tokens,
             share_prefixes=t.share_prefixes,
         )

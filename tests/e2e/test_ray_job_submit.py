@@ -191,7 +191,7 @@ def deployed():
 
 def test_the_rayjob_places_each_actor_on_its_group_and_survives_losing_a_node_of_each(deployed, tmp_path: Path):
     """The overlay's RayJob (its entrypoint, runtime env and metadata; shortened) through
-    `ray job submit`. Once it trains, Ray's state API shows rollout/trainer/reference actors on
+    `ray job submit`. Once it trains, Ray's state API shows rollout/trainer actors on
     gpu-workers and env/reward/buffer on cpu-workers. Then the node running the policy actors and
     the node running the env, reward and buffer actors are killed whole (raylet, object store,
     actors): Ray restarts the env, reward and buffer actors on the other cpu-workers node, the
@@ -247,7 +247,7 @@ def test_the_rayjob_places_each_actor_on_its_group_and_survives_losing_a_node_of
             group = groups[actors[name].node_id]
             assert group == ("gpu-workers" if role in GPU_GROUP_ROLES else "cpu-workers"), f"{name} ran on {group}"
             seen.add(role)
-    assert seen == set(ROLES)
+    assert seen == {r for r in ROLES if placement[r].count}  # the reference lives in trainer rank 0 here
 
     # the nodes the actors run on now, by the raylets' own names
     nodes = cluster.node_groups(NODE_MARK)

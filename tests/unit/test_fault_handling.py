@@ -142,3 +142,19 @@ def test_asynchronous_rollout_workers_and_trainer_ranks_split_the_cores_of_the_j
     wide = planned(load_config(None, [*overlapped, "rollout.num_workers=2"]))
     assert {r: p.worker_threads for r, p in share_cores(wide, 16).items() if r in ("rollout", "trainer")} == {"rollout": 2, "trainer": 2}
     assert {r: p.worker_threads for r, p in share_cores(wide, 2).items() if r in ("rollout", "trainer")} == {"rollout": 1, "trainer": 1}
+
+
+def test_the_reference_lives_in_trainer_rank_0_in_the_synchronous_loop_and_in_its_own_actor_when_asked_or_asynchronous():
+    from rlsvc.cluster.placement import reference_host
+
+    cases = {
+        (): "rank0",
+        ("rollout.asynchronous=true", "buffer.max_staleness=1"): "actor",
+        ("trainer.reference_actor=true",): "actor",
+        ("trainer.reference_actor=false", "rollout.asynchronous=true", "buffer.max_staleness=1"): "rank0",
+        ("grpo.kl_coef=0",): None,
+    }
+    for overrides, host in cases.items():
+        cfg = load_config(None, list(overrides))
+        assert reference_host(cfg) == host, overrides
+        assert planned(cfg)["reference"].count == (1 if host == "actor" else 0), overrides

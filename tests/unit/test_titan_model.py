@@ -309,3 +309,24 @@ def test_bfloat16_compute_keeps_float32_weights_and_tracks_float32():
     metrics = mixed.train_step(batch, kl_coef=0.0)
     assert math.isfinite(metrics["loss"]) and mixed.parameter_checksum() != before
     assert all(p.dtype == torch.float32 for p in mixed.model.parameters())
+
+
+def test_the_reference_a_spec_builds_scores_as_the_trainer_it_was_given_weights_by() -> None:
+    """`TrainerSpec.build_reference` (what a reference's host builds, rank 0 or its own actor)
+    computes the trainer's logprobs with the trainer's settings, and gives back the weights it
+    was given."""
+    from rlsvc.config import TrainerConfig
+    from rlsvc.models.spec import as_spec
+    from rlsvc.trainer.titan_trainer import TrainerSpec
+
+    spec = TrainerSpec(as_spec(CFG), TrainerConfig(micro_batch_tokens=64, share_prefixes=False), seed=3)
+    trainer = spec.build()
+    trainer.train_step(grpo_batch())  # weights no fresh model of this seed has
+    weights = trainer.hf_state_dict()
+    reference = spec.build_reference(weights)
+    assert (reference.micro_batch_tokens, reference.share_prefixes) == (64, False)
+    ids = grpo_batch()["input_ids"]
+    assert torch.equal(reference.logprobs(ids), trainer.logprobs(ids))
+    assert not torch.equal(spec.build_reference().logprobs(ids), trainer.logprobs(ids))
+    back = reference.hf_state_dict()
+    assert back.keys() == weights.keys() and all(torch.equal(back[k], weights[k]) for k in weights)
