@@ -9,12 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-TRAINING_ONLY = ["tracking.log_model=false"]
+TRAINING_ONLY = ["tracking.log_model=false", "cluster.include_dashboard=false"]
 """Overrides for the jobs of a benchmark that times training only (its steps and training loop,
 not the whole job): the end of such a job logs its checkpoint but no MLflow model, which would
-copy it again and load it once more in the driver (docs/tracking.md). Jobs compared with an
-older commit's (`step_speedup`) keep the default: that commit has no such setting, and their
-whole-job times must count the same work."""
+copy it again and load it once more in the driver (docs/tracking.md), and its local Ray cluster
+starts no dashboard, which nobody watches here. Jobs compared with an older commit's
+(`step_speedup`) keep the defaults: that commit has no such settings, and their whole-job times
+must count the same work."""
 
 
 def run_job(

@@ -490,6 +490,11 @@ class ClusterConfig(Strict):
     """The cluster adds nodes on demand (KubeRay or launcher autoscaler): start actors that no
     current node can hold and let them wait for nodes. Off: such a job is refused at once, in one
     line naming the actor, instead of waiting forever."""
+    include_dashboard: bool = True
+    """A local cluster starts Ray's web dashboard (http://127.0.0.1:8265: actors, logs, metrics).
+    Off, Ray keeps only its headless part (the state API and job server) and starts none of the
+    dashboard's modules, each a process of its own, nor waits for them: for jobs nobody watches
+    (the benchmarks that time training only). A joined cluster has its own."""
     metrics_export_port: int | None = Field(None, ge=1, le=65535)
     """Port of a local cluster's Prometheus endpoint (`http://127.0.0.1:PORT/metrics`, the rlsvc_*
     metrics); default: one Ray picks. A joined cluster has its own (`ray start --metrics-export-port`)."""

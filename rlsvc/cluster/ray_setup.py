@@ -181,7 +181,7 @@ def connect(
         ctx = ray.init(
             num_cpus=cpus,
             resources={cfg.gpu_node_resource: 1.0, cfg.cpu_node_resource: 1.0},
-            include_dashboard=True,
+            include_dashboard=cfg.include_dashboard,
             dashboard_host="127.0.0.1",
             log_to_driver=log_to_driver,
             job_config=job_config,

@@ -46,3 +46,32 @@ def test_metadata_made_while_ray_starts_is_on_the_drivers_job():
     out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT ")).removeprefix("RESULT "))
     assert out["asked"] == [True]  # once, with the cluster up
     assert out["metadata"]["rlsvc.mlflow_run_id"] == "run-made-while-ray-started"
+
+
+NO_DASHBOARD = """
+import json, time, psutil
+from rlsvc.cluster.ray_setup import connect
+from rlsvc.config import load_config
+
+conn = connect(load_config(None, ["cluster.include_dashboard=false"]).cluster, log_to_driver=False)
+try:
+    time.sleep(3)  # time enough for a dashboard's modules to start
+    started = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+    print("RESULT " + json.dumps({"url": conn.dashboard_url, "processes": started}))
+finally:
+    conn.shutdown()
+"""
+
+
+def test_a_local_cluster_without_the_dashboard_starts_none_of_its_modules():
+    """`cluster.include_dashboard=false` (the benchmarks that time training only): Ray still runs
+    its dashboard process headless (the state API and job server), without the web dashboard's
+    modules, each a process of its own, and does not wait for them."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.run([sys.executable, "-c", NO_DASHBOARD], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(next(x for x in proc.stdout.splitlines() if x.startswith("RESULT ")).removeprefix("RESULT "))
+    assert out["url"] is None
+    assert any("gcs_server" in p for p in out["processes"]), out["processes"]  # the cluster is up
+    assert not any(p.startswith("ray-dashboard-") for p in out["processes"]), out["processes"]
