@@ -203,7 +203,9 @@ class RolloutConfig(Strict):
     one group's actions are in the environments, another group's next prompts are generated,
     so an environment's latency (a remote sandbox's round trip) overlaps generation. Each env
     actor then takes this many calls at once (Ray's `max_concurrency`). Episodes are the same
-    for any value: sampling seeds depend on the episode and turn only."""
+    for any value: sampling seeds depend on the episode and turn only. With tens of ms of env
+    latency, enough groups that the others' round trips cover one generate call keep the engine
+    busy; docs/async.md measures 1-4 groups against a 50 ms env in both loops."""
     asynchronous: bool = False
     """Keep playing episodes while the trainer steps (rlsvc/async_loop.py); batches may be up to
     `buffer.max_staleness` versions behind (0 keeps the synchronous schedule)."""

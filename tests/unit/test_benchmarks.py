@@ -234,6 +234,13 @@ def test_checks_compare_against_the_targets() -> None:
     assert met["orchestration overhead vs the compute floor (reported)"] == ("36%", None)
     async_target = "asynchronous >= 1.5x synchronous episodes/s, 50 ms env latency, max_staleness=1 (alternating pairs, median)"
     assert met[async_target] == ("1.40x (1.30-1.50)", False)
+    grouped = {**SAMPLE["async"], "args": {**SAMPLE["async"]["args"], "extra": ["rollout.slot_groups=3"]}}
+    (named,) = [(t, ok) for t, _, ok in checks({"async": {"data": grouped}}) if t.startswith("asynchronous")]
+    assert named == (
+        "asynchronous >= 1.5x synchronous episodes/s, 50 ms env latency, max_staleness=1 (both modes with "
+        "`rollout.slot_groups=3`; alternating pairs, median)",
+        False,
+    )  # the settings both modes shared are in the target's row
     assert all(ok is None for _, _, ok in checks({})), "nothing measured: nothing met or missed"
 
 
