@@ -103,7 +103,7 @@ SUITE = [
         "async_rollout",
         # Both modes split the env slots into three groups, so one group's generate call runs
         # while the others' env round trips wait: what a job facing a remote sandbox's latency
-        # would set (docs/async.md, "What bounds the overlap here").
+        # would set (docs/async.md, "Three slot groups").
         ["--pairs", "5", "--steps", "30", "--extra", "rollout.slot_groups=3"],
         ["--pairs", "1", "--steps", "3", "--skip", "0", "--eval-episodes", "200", "--extra", "rollout.slot_groups=3"],
         1200,

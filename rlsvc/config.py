@@ -204,8 +204,8 @@ class RolloutConfig(Strict):
     so an environment's latency (a remote sandbox's round trip) overlaps generation. Each env
     actor then takes this many calls at once (Ray's `max_concurrency`). Episodes are the same
     for any value: sampling seeds depend on the episode and turn only. With tens of ms of env
-    latency, enough groups that the others' round trips cover one generate call keep the engine
-    busy; docs/async.md measures 1-4 groups against a 50 ms env in both loops."""
+    latency, more groups let the others' round trips wait while one generate call runs;
+    docs/async.md measures 1-4 groups against a 50 ms env in both loops."""
     asynchronous: bool = False
     """Keep playing episodes while the trainer steps (rlsvc/async_loop.py); batches may be up to
     `buffer.max_staleness` versions behind (0 keeps the synchronous schedule)."""
