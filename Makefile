@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install crds prometheus chromium screenshots monitor notebooks run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-chaos clean
+.PHONY: install crds prometheus chromium screenshots monitor notebooks run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-chaos gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +79,11 @@ format: install
 # greedy return >= -0.08 within 20 minutes; writes benchmarks/results/validate_blackjack_hf_tiny.json
 validate-hf: install
 	$(BIN)/python scripts/validate_hf.py $(ARGS)
+
+# the learner's CUDA paths on one GPU, without Ray or vLLM (scripts/gpu_check.py; ARGS="--device
+# cpu" runs the same checks on CPU, ARGS="--out FILE.json" keeps the report)
+gpu-check: install
+	$(BIN)/python scripts/gpu_check.py $(ARGS)
 
 # a job under chaos (a random rlsvc actor killed every 20 s for 3 minutes) must finish; reports its
 # held-out return: benchmarks/results/validate_chaos[_LABEL].json (scripts/validate_chaos.py)
