@@ -245,9 +245,27 @@ def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
     return out
 
 
+def cpu_kind(cpuinfo: str) -> str:
+    """The processor's model name and the widest vector and matrix instructions it has, from
+    /proc/cpuinfo's text. Hosts of the same size differ in these, and PyTorch's and vLLM's CPU
+    kernels pick their code by them, so the ratios move with them too: a result says which host
+    it ran on."""
+    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    isa = [name for name, flag in (("AVX-512", "avx512f"), ("AVX2", "avx2")) if flag in flags][:1]
+    isa += ["AMX"] if "amx_tile" in flags else []
+    return ", ".join(filter(None, [fields.get("model name"), " + ".join(isa)]))
+
+
 def machine() -> str:
+    try:
+        cpu = cpu_kind(Path("/proc/cpuinfo").read_text())
+    except OSError:
+        cpu = ""
     return (
-        f"{os.cpu_count()} CPUs, {psutil.virtual_memory().total / 2**30:.0f} GiB, {platform.machine()}, Python {platform.python_version()}"
+        f"{os.cpu_count()} CPUs{f' ({cpu})' if cpu else ''}, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
+        f"{platform.machine()}, Python {platform.python_version()}"
     )
 
 

@@ -8,7 +8,7 @@ import importlib
 
 import pytest
 
-from benchmarks.__main__ import RESULT_FILES, SUITE, checks, markdown
+from benchmarks.__main__ import RESULT_FILES, SUITE, checks, cpu_kind, markdown
 from benchmarks.vs_trl import time_to_target
 from rlsvc.config import ConfigError, load_config
 from rlsvc.envs.blackjack import first_decision_return, seeded_game, stick_at
@@ -242,6 +242,15 @@ def test_checks_compare_against_the_targets() -> None:
         False,
     )  # the settings both modes shared are in the target's row
     assert all(ok is None for _, _, ok in checks({})), "nothing measured: nothing met or missed"
+
+
+def test_the_machine_line_names_the_processor_and_its_widest_instructions() -> None:
+    """Results from hosts with and without AVX-512 differ, so the machine line says which."""
+    avx512 = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\nflags\t\t: fpu avx2 avx512f amx_tile amx_bf16\n"
+    assert cpu_kind(avx512) == "Intel(R) Xeon(R) Processor, AVX-512 + AMX"
+    assert cpu_kind("model name : AMD EPYC 7B13\nflags : fpu avx avx2\n") == "AMD EPYC 7B13, AVX2"
+    assert cpu_kind("model name : Some CPU\nflags : fpu sse4_2\n") == "Some CPU"
+    assert cpu_kind("") == ""
 
 
 def test_every_benchmark_renders_its_results() -> None:
