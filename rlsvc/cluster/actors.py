@@ -32,6 +32,9 @@ def with_env(cls: type, env: dict[str, str]) -> type:
 
     class WithEnv(cls):  # type: ignore[valid-type, misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            if "GOMP_SPINCOUNT" in env and openmp_loaded():
+                # libgomp read its variables as it loaded: these threads will sleep at once
+                print(f"{cls.__name__}: OpenMP started before the actor's constructor; GOMP_SPINCOUNT not applied", file=sys.stderr)
             os.environ.update(env)
             if zero_copy:
                 enable_zero_copy_tensors()
@@ -41,6 +44,15 @@ def with_env(cls: type, env: dict[str, str]) -> type:
 
     WithEnv.__name__, WithEnv.__qualname__, WithEnv.__doc__ = cls.__name__, cls.__qualname__, cls.__doc__
     return WithEnv
+
+
+def openmp_loaded() -> bool:
+    """Whether this process has loaded libgomp (torch's OpenMP), which reads its environment
+    variables once, as it loads."""
+    try:
+        return "libgomp" in Path("/proc/self/maps").read_text()
+    except OSError:  # no procfs: torch loads it
+        return "torch" in sys.modules
 
 
 def _use_reserved_cores() -> None:

@@ -43,8 +43,16 @@ LABEL_SLICE = 0.001  # a label is a membership test, not a capacity
 # precedence) made the tiny model's train step 0.093-0.099 s -> 0.074-0.075 s on 2 threads.
 # Synchronous loop only: in the asynchronous one the rollouts run on the same cores meanwhile, and
 # spinning threads took their time (async samples/s 1834 -> 1719 against TRL's setting).
-SPIN_ROLES = {"trainer", "reference"}
+# The rollout workers' vLLM forward passes are the same kind of regions: with PASSIVE alone, the
+# representative benchmark model's generate call (32 samples of 24 tokens, 2 threads) took
+# 0.79-0.86 s against 0.60-0.62 s spinning, in process.
+SPIN_ROLES = {"trainer", "reference", "rollout"}
 GOMP_SPINCOUNT = "30000"
+# Spinning roles that still set their environment in their own process as they start (see
+# `Placement.env_in_process`): a rollout worker's start is the longest of a job's start-up, which a
+# runtime env's set-up process would lengthen. Its constructor checks that OpenMP has not started
+# yet (rlsvc/cluster/actors.py `with_env`).
+SPIN_IN_PROCESS_ROLES = {"rollout"}
 # In the asynchronous loop the rollout workers and the trainer ranks compute at the same time, and
 # the engines start while the trainer warm-starts; on the one machine of a job's own cluster they
 # split its cores (`share_cores`) rather than each run as many threads as it has cores. Measured
@@ -80,8 +88,9 @@ class Placement:
     """The actor sets `worker_env()` in its own process as it starts (rlsvc/cluster/actors.py
     `with_env`) instead of through a Ray runtime env. Only on the local cluster a job starts
     itself, whose processes inherit WORKER_ENV from the driver, and only for roles that do not
-    spin: their OpenMP must read GOMP_SPINCOUNT as it starts, which a worker that has loaded
-    torch before the constructor (in one CI run, for a reason not found) has done already. A
+    spin (but `SPIN_IN_PROCESS_ROLES`): their OpenMP must read GOMP_SPINCOUNT as it starts, which
+    a worker that has loaded torch before the constructor (in one CI run, for a reason not found)
+    has done already; a rollout worker says so on stderr where that happens. A
     runtime env makes Ray start every actor's worker through a set-up process and leaves the
     workers it prestarted unused (the start-up this saves:
     benchmarks/results/step_speedup_actor_env.md)."""
@@ -204,7 +213,9 @@ def plan(cfg: Config, cluster_resources: dict[str, float], num_nodes: int) -> di
     an error."""
     out = planned(cfg)
     if not cfg.cluster.resolved_address():  # the job starts this cluster (cluster/ray_setup.py `connect`)
-        out = {role: dataclasses.replace(place, env_in_process=not place.spin) for role, place in out.items()}
+        out = {
+            role: dataclasses.replace(place, env_in_process=not place.spin or role in SPIN_IN_PROCESS_ROLES) for role, place in out.items()
+        }
         if cfg.rollout.asynchronous:
             out = share_cores(out, len(os.sched_getaffinity(0)))
     for role, place in out.items():

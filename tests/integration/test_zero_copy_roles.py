@@ -12,12 +12,13 @@ import sys
 
 import pytest
 
+from rlsvc.cluster.placement import GOMP_SPINCOUNT
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
 SCRIPT = """
-import json, sys
+import json, os, sys
 import ray
 from rlsvc.cluster.actors import with_env
 from rlsvc.cluster.placement import plan
@@ -26,6 +27,9 @@ from rlsvc.config import load_config
 
 
 class Probe:
+    def __init__(self):
+        self.spin = os.environ.get("GOMP_SPINCOUNT")
+
     def torch_imported(self):
         return "torch" in sys.modules
 
@@ -47,7 +51,11 @@ try:
         place = places[role]
         assert place.env_in_process, role
         actor = ray.remote(with_env(Probe, place.worker_env())).options(**place.options(0)).remote()
-        out[role] = {"zero_copy": ray.get(actor.zero_copy.remote()), "torch": ray.get(actor.torch_imported.remote())}
+        out[role] = {
+            "zero_copy": ray.get(actor.zero_copy.remote()),
+            "torch": ray.get(actor.torch_imported.remote()),
+            "spin": ray.get(actor.__ray_call__.remote(lambda self: self.spin)),
+        }
         if role != "env":
             out[role]["tensor"] = ray.get(actor.tensor.remote()).tolist()
     print("RESULT " + json.dumps(out))
@@ -63,6 +71,7 @@ def test_only_tensor_roles_import_torch_for_ray_and_they_still_send_tensors_zero
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     out = json.loads(line.removeprefix("RESULT "))
-    assert out["env"] == {"zero_copy": False, "torch": False}
+    assert out["env"] == {"zero_copy": False, "torch": False, "spin": None}
     tensor = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]
-    assert out["rollout"] == {"zero_copy": True, "torch": True, "tensor": tensor}
+    # the synchronous loop's rollout worker spins too, set in its constructor like the rest
+    assert out["rollout"] == {"zero_copy": True, "torch": True, "spin": GOMP_SPINCOUNT, "tensor": tensor}

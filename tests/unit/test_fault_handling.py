@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -74,32 +76,50 @@ def test_the_ledger_replayed_drops_rewound_steps(tmp_path):
 
 
 def test_chaos_refuses_bad_arguments_in_one_line():
-    import subprocess
-    import sys
-
     out = subprocess.run(
         [sys.executable, "-m", "rlsvc.chaos", "--address", "127.0.0.1:1", "--every", "0"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 2 and out.stderr.strip() == "rlsvc.chaos: --every and --duration must be > 0"
 
 
-def test_trainer_and_reference_threads_spin_before_sleeping_in_the_synchronous_loop_only():
-    """The policy's passes are many small parallel regions: their OpenMP threads spin briefly
-    (GOMP_SPINCOUNT wins over OMP_WAIT_POLICY); every other actor's sleep at once, and so do all
-    of them in the asynchronous loop, where rollouts run on the same cores meanwhile."""
+def test_policy_threads_spin_before_sleeping_in_the_synchronous_loop_only():
+    """The policy's passes (trainer, reference, the rollout workers' vLLM) are many small parallel
+    regions: their OpenMP threads spin briefly (GOMP_SPINCOUNT wins over OMP_WAIT_POLICY); every
+    other actor's sleep at once, and so do all of them in the asynchronous loop, where rollouts
+    and training run on the same cores meanwhile."""
     env = {role: p.options(0)["runtime_env"]["env_vars"] for role, p in planned(load_config(None, [])).items()}
     assert env == {role: p.worker_env() for role, p in planned(load_config(None, [])).items()}
-    assert env["trainer"]["GOMP_SPINCOUNT"] == env["reference"]["GOMP_SPINCOUNT"] == GOMP_SPINCOUNT
-    assert all("GOMP_SPINCOUNT" not in e for r, e in env.items() if r not in ("trainer", "reference"))
+    assert env["trainer"]["GOMP_SPINCOUNT"] == env["reference"]["GOMP_SPINCOUNT"] == env["rollout"]["GOMP_SPINCOUNT"] == GOMP_SPINCOUNT
+    assert all("GOMP_SPINCOUNT" not in e for r, e in env.items() if r not in ("trainer", "reference", "rollout"))
     overlapped = planned(load_config(None, ["rollout.asynchronous=true", "buffer.max_staleness=1"]))
     assert all("GOMP_SPINCOUNT" not in p.options(0)["runtime_env"]["env_vars"] for p in overlapped.values())
+
+
+def test_an_actor_that_sets_gomp_spincount_after_openmp_loaded_says_so():
+    """libgomp reads GOMP_SPINCOUNT once, as it loads: `openmp_loaded` sees whether it has, and
+    `with_env` says on stderr when the spin it sets comes too late."""
+    script = (
+        "import sys\n"
+        "from rlsvc.cluster.actors import openmp_loaded, with_env\n"
+        "before = openmp_loaded()\n"
+        "import torch\n"
+        "print(before, openmp_loaded())\n"
+        "class Probe:\n    pass\n"
+        "with_env(Probe, {'GOMP_SPINCOUNT': '30000', 'OMP_NUM_THREADS': '1'})()\n"
+        "with_env(Probe, {'OMP_NUM_THREADS': '1'})()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"]
+    assert out.stderr.count("Probe: OpenMP started before the actor's constructor; GOMP_SPINCOUNT not applied") == 1
 
 
 def test_on_the_local_cluster_a_job_starts_actors_that_do_not_spin_set_their_env_themselves(monkeypatch):
     """A runtime env makes Ray start an actor's worker through a set-up process. On the cluster a
     job starts itself (no address), whose processes inherit the driver's WORKER_ENV, the actors
     that need no GOMP_SPINCOUNT from their first instruction set their env in their constructor
-    (`with_env`): the same variables, the same class name for Ray."""
+    (`with_env`): the same variables, the same class name for Ray. So does the rollout worker,
+    whose start is the job's longest, though it spins: its constructor runs before OpenMP loads."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     labels = {"CPU": 8.0, "rlsvc_gpu_node": 1.0, "rlsvc_cpu_node": 1.0}
     local = plan(load_config(None, []), labels, 1)
