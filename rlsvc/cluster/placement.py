@@ -43,9 +43,9 @@ LABEL_SLICE = 0.001  # a label is a membership test, not a capacity
 # precedence) made the tiny model's train step 0.093-0.099 s -> 0.074-0.075 s on 2 threads.
 # Synchronous loop only: in the asynchronous one the rollouts run on the same cores meanwhile, and
 # spinning threads took their time (async samples/s 1834 -> 1719 against TRL's setting).
-# The rollout workers' vLLM forward passes are the same kind of regions: with PASSIVE alone, the
-# representative benchmark model's generate call (32 samples of 24 tokens, 2 threads) took
-# 0.79-0.86 s against 0.60-0.62 s spinning, in process.
+# The rollout workers' vLLM forward passes are the same kind of regions: the representative job's
+# mean step 1.09x (1.08-1.10) shorter with them spinning too, the default job's 1.05x (1.00-1.11)
+# (benchmarks/results/step_speedup_rollout_spin_rep.md, step_speedup_rollout_spin_default.md).
 SPIN_ROLES = {"trainer", "reference", "rollout"}
 GOMP_SPINCOUNT = "30000"
 # Spinning roles that still set their environment in their own process as they start (see
