@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -108,10 +109,24 @@ def test_an_actor_that_sets_gomp_spincount_after_openmp_loaded_says_so():
         "with_env(Probe, {'GOMP_SPINCOUNT': '30000', 'OMP_NUM_THREADS': '1'})()\n"
         "with_env(Probe, {'OMP_NUM_THREADS': '1'})()\n"
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    # vLLM, imported in this test process by earlier tests, puts torch's libgomp in LD_PRELOAD for
+    # the processes started after it: a process started so has OpenMP loaded from its first line
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "True"]
     assert out.stderr.count("Probe: OpenMP started before the actor's constructor; GOMP_SPINCOUNT not applied") == 1
+    import torch
+
+    libgomp = next(Path(torch.__file__).parent.glob("lib/libgomp*.so*"))
+    preloaded = subprocess.run(
+        [sys.executable, "-c", "from rlsvc.cluster.actors import openmp_loaded; print(openmp_loaded())"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "LD_PRELOAD": str(libgomp)},
+    )
+    assert preloaded.stdout.split() == ["True"], preloaded.stderr[-2000:]
 
 
 def test_on_the_local_cluster_a_job_starts_actors_that_do_not_spin_set_their_env_themselves(monkeypatch):
