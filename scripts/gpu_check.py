@@ -86,12 +86,13 @@ def hf_logprobs(model: Any, ids: Any, lengths: Any, device: Any) -> Any:
     """Transformers' log p(token t | tokens < t), each row alone and unpadded, [G, T] on CPU."""
     import torch
 
+    from rlsvc.algo.grpo import token_logprobs  # the trainer's own gather, so both sides match
+
     out = torch.zeros(ids.shape, dtype=torch.float32)
     with torch.no_grad():
         for row, n in enumerate(lengths.tolist()):
             x = ids[row : row + 1, :n].to(device)
-            logp = torch.log_softmax(model(x).logits[:, :-1].float(), dim=-1)
-            out[row, 1:n] = logp.gather(-1, x[:, 1:, None])[0, :, 0].cpu()
+            out[row, :n] = token_logprobs(model(x).logits, x)[0][0].cpu()
     return out
 
 
