@@ -167,7 +167,6 @@ def train(
     else:
         ledger(rewind_to=at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone
     ray_metrics = RayStepMetrics(folder.name, loop.sync.kind or cfg.weight_sync.type)
-    freeze_startup_heap()  # full GC passes over the start-up objects stalled every driver thread
     with Progress(
         TextColumn("step"),
         MofNCompleteColumn(),
@@ -343,6 +342,12 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             raise TaskError(f"rollout.constrained_actions: task {task.name} has no fixed answers of one token each")
         engine = EngineSpec.from_config(cfg, codec.allowed_token_ids if cfg.rollout.constrained_actions else None)
         svc = start_services(cfg, placement, source, engine)
+        # Full GC passes over the start-up objects would stall every driver thread during
+        # training (rlsvc/heap.py). The one collection before freezing them holds the GIL for
+        # about 0.5 s, and costs little here: the driver mostly waits for its actors' set-up.
+        # On the training loop's clock, it was 0.5 s of the first step.
+        freezing = threading.Thread(target=freeze_startup_heap, name="rlsvc-freeze-heap", daemon=True)
+        freezing.start()
         if cfg.eval.every_steps:  # what validation needs that no policy changes (BlackJack: its deals)
             threading.Thread(
                 target=task.prepare_validation,
@@ -379,6 +384,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
                 keep_reference(svc.trainer_group.hf_state_dict())
         sync0 = loop.sync_weights()  # waits for the vLLM engines to be up
         tracker.set_tags({"rlsvc.weight_sync": loop.sync.kind})  # `auto` resolved
+        freezing.join()  # start-up's work, counted in startup_s
         startup_s = time.time() - started
         tracker.log_metrics({"startup_s": startup_s, "warm_start_loss": warm_loss, **sync0}, step=at.start_step)
         console.print(

@@ -72,6 +72,8 @@ def _response_only(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 MICRO_BATCH_TOKENS = 16384
 """Default padded tokens per forward pass (`trainer.micro_batch_tokens`)."""
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")
+"""Devices whose parameters get `torch.optim.AdamW(fused=True)` (PyTorch has it for mps and xpu too)."""
 
 
 class _PolicyBase:
@@ -195,7 +197,12 @@ class TitanTrainer(_PolicyBase):
         self.model = self.spec.build(seed, self.device, shard)
         if init_hf_state_dict is not None:
             self.load_hf_state_dict(init_hf_state_dict)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay)
+        # PyTorch's fused AdamW (one vectorised, multi-threaded kernel over each parameter) where
+        # the device has it: on CPU its default is a loop of per-tensor ops, about 3.5x slower on
+        # the 28M-parameter model of benchmarks/vs_trl_representative.py (0.069 s a step vs
+        # 0.018, 2 threads). Transformers' Trainer (TRL's) defaults to the fused one as well.
+        fused = self.device.type in FUSED_ADAMW_DEVICES
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
 
     def _init_process_group(self, init_method: str | None, store: dist.Store | None) -> None:
         if dist.is_initialized():

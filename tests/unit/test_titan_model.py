@@ -178,6 +178,25 @@ def test_train_step_updates_parameters_and_reports_finite_metrics() -> None:
     assert metrics["logprob_mismatch"] == pytest.approx(expected.item(), rel=1e-5)
 
 
+def test_the_fused_adamw_step_is_adamws_step() -> None:
+    """The trainer's optimiser is PyTorch's fused AdamW on CPU; its update is the per-tensor
+    AdamW's with the same settings, to float32 rounding (the kernels sum in other orders), over
+    steps that carry moments."""
+    fused = TitanTrainer(CFG, lr=1e-2, weight_decay=0.1, betas=(0.8, 0.95), device="cpu")
+    plain = TitanTrainer(CFG, lr=1e-2, weight_decay=0.1, betas=(0.8, 0.95), device="cpu")
+    assert fused.optimizer.defaults["fused"]
+    plain.optimizer = torch.optim.AdamW(plain.model.parameters(), lr=1e-2, weight_decay=0.1, betas=(0.8, 0.95))
+    batch = grpo_batch()
+    for _ in range(3):
+        fused.train_step(batch, kl_coef=0.1)
+        plain.train_step(batch, kl_coef=0.1)
+    start, moved = TitanTrainer(CFG, lr=1e-2, device="cpu").model, 0.0  # the same seed: both trainers' initial weights
+    for (name, a), b in zip(fused.model.named_parameters(), plain.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)  # a step moves a weight by up to lr, 1e-2
+        moved = max(moved, (a - start.get_parameter(name)).abs().max().item())
+    assert moved > 1e-3  # the steps moved the weights: the comparison is not of untouched ones
+
+
 @pytest.mark.parametrize("poison", [float("nan"), float("inf")])
 def test_a_nonfinite_loss_is_not_applied_and_is_reported(poison) -> None:
     """A NaN/inf advantage makes the loss and gradient non-finite: the update is skipped (weights
