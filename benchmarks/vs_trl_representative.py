@@ -117,7 +117,7 @@ def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str, mode
         "startup_s": result["startup_s"],
         "phase_s": {phase: sums[key] / result["steps"] for phase, key in phases.items()},
         "mean_return": sums["return_mean"] / result["steps"],
-        "overrides": overrides,
+        "overrides": [o.replace(str(policy), "POLICY") for o in overrides],  # no temporary path in the results
     }
 
 

@@ -39,15 +39,18 @@ SPREAD_ROLES = {"env"}
 LABEL_SLICE = 0.001  # a label is a membership test, not a capacity
 # The trainer's and the reference's passes are hundreds of small parallel regions back to back:
 # with OMP_WAIT_POLICY=PASSIVE (every other actor, cluster/ray_setup.py) each one wakes its
-# threads from sleep. Spinning about 0.3 ms first (libgomp's GOMP_SPINCOUNT, which takes
-# precedence) made the tiny model's train step 0.093-0.099 s -> 0.074-0.075 s on 2 threads.
+# threads from sleep. Spinning first (libgomp's GOMP_SPINCOUNT, which takes precedence) made the
+# tiny model's train step 0.093-0.099 s -> 0.074-0.075 s on 2 threads with 30000 spins (about
+# 0.3 ms). 300000 (about 3 ms, libgomp's own default where OMP_WAIT_POLICY is unset) shortened
+# the representative job's mean step 1.02x (1.02-1.04) more and the default job's 1.03x
+# (1.00-1.05) (benchmarks/results/step_speedup_spin300k_rep.md, step_speedup_spin300k_default.md).
 # Synchronous loop only: in the asynchronous one the rollouts run on the same cores meanwhile, and
 # spinning threads took their time (async samples/s 1834 -> 1719 against TRL's setting).
 # The rollout workers' vLLM forward passes are the same kind of regions: the representative job's
 # mean step 1.09x (1.08-1.10) shorter with them spinning too, the default job's 1.05x (1.00-1.11)
 # (benchmarks/results/step_speedup_rollout_spin_rep.md, step_speedup_rollout_spin_default.md).
 SPIN_ROLES = {"trainer", "reference", "rollout"}
-GOMP_SPINCOUNT = "30000"
+GOMP_SPINCOUNT = "300000"
 # Spinning roles that still set their environment in their own process as they start (see
 # `Placement.env_in_process`): a rollout worker's start is the longest of a job's start-up, which a
 # runtime env's set-up process would lengthen. Its constructor checks that OpenMP has not started
