@@ -346,7 +346,8 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         # training (rlsvc/heap.py). The one collection before freezing them holds the GIL for
         # about 0.5 s, and costs little here: the driver mostly waits for its actors' set-up.
         # On the training loop's clock, it was 0.5 s of the first step.
-        freezing = threading.Thread(target=freeze_startup_heap, name="rlsvc-freeze-heap", daemon=True)
+        frozen: list[int] = []  # how many objects it froze, logged with startup_s
+        freezing = threading.Thread(target=lambda: frozen.append(freeze_startup_heap()), name="rlsvc-freeze-heap", daemon=True)
         freezing.start()
         if cfg.eval.every_steps:  # what validation needs that no policy changes (BlackJack: its deals)
             threading.Thread(
@@ -386,7 +387,9 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         tracker.set_tags({"rlsvc.weight_sync": loop.sync.kind})  # `auto` resolved
         freezing.join()  # start-up's work, counted in startup_s
         startup_s = time.time() - started
-        tracker.log_metrics({"startup_s": startup_s, "warm_start_loss": warm_loss, **sync0}, step=at.start_step)
+        tracker.log_metrics(
+            {"startup_s": startup_s, "startup/frozen_objects": sum(frozen), "warm_start_loss": warm_loss, **sync0}, step=at.start_step
+        )
         console.print(
             f"started in {startup_s:.0f}s"
             + (

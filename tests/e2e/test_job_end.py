@@ -5,7 +5,8 @@ task (tests/e2e/job_end/stop_probe.py, BlackJack) waits in its final evaluation,
 until Ray lists none of the job's named actors and the driver is no longer connected; were they
 stopped only after the evaluation, it would find them all still there when its wait ran out.
 Its validation, in training, counts them too, so an empty list cannot pass by looking elsewhere.
-The job runs with `tracking.log_model=false`: its end logs the checkpoint but no MLflow model."""
+The job runs with `tracking.log_model=false`: its end logs the checkpoint but no MLflow model.
+The driver's start-up heap is frozen during start-up: the count is logged with `startup_s`."""
 
 from __future__ import annotations
 
@@ -53,6 +54,11 @@ def test_actors_stop_while_the_saved_policy_is_evaluated(tmp_path):
     # tracking.log_model=false: the checkpoint is the run's artifact, with no MLflow model beside it
     from mlflow.tracking import MlflowClient
 
-    artifacts = {a.path for a in MlflowClient(uri).list_artifacts(result["mlflow_run_id"])}
+    client = MlflowClient(uri)
+    # the driver froze its start-up heap during start-up, before startup_s was taken
+    # (rlsvc/heap.py): torch, Ray and MLflow alone leave far more than 100k objects
+    (frozen,) = client.get_metric_history(result["mlflow_run_id"], "startup/frozen_objects")
+    assert frozen.value > 100_000 and frozen.step == 0, frozen
+    artifacts = {a.path for a in client.list_artifacts(result["mlflow_run_id"])}
     assert result["mlflow_model_uri"] is None and "checkpoint" in artifacts and "policy" not in artifacts, artifacts
     assert "not logged (tracking.log_model=false)" in " ".join(out.stdout.split())
