@@ -215,6 +215,19 @@ def markdown(data: dict) -> str:
         "ratio: median (min-max) of memcpy / push over pushes alternating with copies of the same bytes\n\n"
         + table(rows)
         + f"\n\nBest transport per model, share of memcpy bandwidth: {note}"
+        + f"\n\n{load_bound(best)}"
+    )
+
+
+def load_bound(best: dict[int, dict]) -> str:
+    """The most any transport could reach given the engine's load phase (the best transport's
+    `load s`): every byte must be written once (at best a memcpy) before the engine's post-load
+    work (on CPU, rebuilding its packed GEMM kernels from the new weights) can begin, so a push
+    takes at least memcpy + load."""
+    bound = "; ".join(f"{size}M: {r['memcpy_s'] / (r['memcpy_s'] + r['sync/load_s']):.0%}" for size, r in best.items())
+    return (
+        "Ceiling set by the engine's load phase, memcpy / (memcpy + load s of the best transport), "
+        f"were the transfer itself as fast as memcpy and free of any other cost: {bound}"
     )
 
 
