@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlsvc.rollout import cpu_norms
 from rlsvc.weight_sync.manifest import Digest, Manifest, build_manifest, digest_tensors
 
 if TYPE_CHECKING:
@@ -230,11 +231,14 @@ class VLLMEngine:
         # keep stale tensors, so updates are checked against the checkpoint's names up front.
         self._expected_keys = _checkpoint_keys(model_dir)
         block = block_size or _default_block_size()
-        cpu_cache = {}  # on a GPU the KV cache is what `gpu_memory_utilization` leaves
+        cpu_only: dict[str, Any] = {}  # on a GPU the KV cache is what `gpu_memory_utilization` leaves
         if block is not None and not torch.cuda.is_available():
-            cpu_cache["kv_cache_memory_bytes"] = kv_cache_bytes(
+            cpu_only["kv_cache_memory_bytes"] = kv_cache_bytes(
                 model_dir, max_num_seqs, max_model_len, block, engine_dtype(dtype), kv_cache_gb
             )
+        if not torch.cuda.is_available():  # vLLM's C++ RMSNorm kernels (rlsvc/rollout/cpu_norms.py)
+            cpu_norms.register()
+            cpu_only["ir_op_priority"] = cpu_norms.IR_OP_PRIORITY
         self._llm: LLM | None = LLM(
             model=model_dir,
             tokenizer=model_dir,
@@ -252,7 +256,7 @@ class VLLMEngine:
             max_num_seqs=max_num_seqs,
             max_num_batched_tokens=max(max_num_seqs * max_model_len, 4096),
             block_size=block,
-            **cpu_cache,
+            **cpu_only,
         )
         self.llm.collective_rpc(_rpc_pack_linears)
         # vLLM's first request pays one-time set-up (samplers, output processing) whatever
