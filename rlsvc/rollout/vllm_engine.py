@@ -231,7 +231,7 @@ class VLLMEngine:
         # keep stale tensors, so updates are checked against the checkpoint's names up front.
         self._expected_keys = _checkpoint_keys(model_dir)
         block = block_size or _default_block_size()
-        cpu_only: dict[str, Any] = {}  # on a GPU the KV cache is what `gpu_memory_utilization` leaves
+        cpu_only: dict[str, Any] = {}  # engine settings on CPU; on a GPU the KV cache is what `gpu_memory_utilization` leaves
         if block is not None and not torch.cuda.is_available():
             cpu_only["kv_cache_memory_bytes"] = kv_cache_bytes(
                 model_dir, max_num_seqs, max_model_len, block, engine_dtype(dtype), kv_cache_gb
