@@ -65,6 +65,7 @@ def measure(name: str, overrides: list[str], out: Path, skip: int) -> dict:
         "trainer_idle_frac": statistics.fmean(hist["trainer_idle_frac"][skip:]) if hist["trainer_idle_frac"] else None,
         "returns": hist["return_mean"],
         "final_return": result["eval"]["mean_return"],
+        "final_stderr": result["eval"].get("return_stderr"),
         "steps": result["steps"],
         "cores": sampler.cores(*loop_window(result)),  # during the training loop, by process role
     }
@@ -103,6 +104,11 @@ def main() -> None:
         **{f"{m}_episodes_per_s": spread([p[m]["episodes_per_s"] for p in pairs]) for m in modes},
         **{f"{m}_step_s": spread([p[m]["step_s_mean"] for p in pairs]) for m in modes},
         **{f"{m}_final_return": spread([p[m]["final_return"] for p in pairs]) for m in modes},
+        **{
+            f"{m}_final_stderr": statistics.median([p[m]["final_stderr"] for p in pairs])
+            for m in modes
+            if all(p[m]["final_stderr"] is not None for p in pairs)
+        },
         "first_step_equal": first["sync"]["returns"][:1] == first["async"]["returns"][:1],
         "pairs": pairs,
     }
@@ -144,6 +150,13 @@ def markdown(data: dict) -> str:
             else "."
         ),
     ]
+    if "sync_final_stderr" in data and "async_final_stderr" in data:  # is the returns' gap within noise?
+        gap = data["async_final_return"]["median"] - data["sync_final_return"]["median"]
+        lines.append(
+            f"\nBoth sides' final evaluations play the same {a['eval_episodes']} deals. Standard error of one such mean return "
+            f"(its deals' standard deviation / sqrt(deals), median over pairs): sync {data['sync_final_stderr']:.4f}, "
+            f"async {data['async_final_stderr']:.4f}; async - sync, medians: {gap:+.4f}."
+        )
     roles = sorted({r for p in data["pairs"] for m in ("sync", "async") for r in p[m].get("cores", {})} - {"machine", "other"})
     if roles:  # per-process CPU use: where the two cores went
         lines += [

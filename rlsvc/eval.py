@@ -307,9 +307,13 @@ def evaluate(
 
 def _summary(rewards: list[float], episodes: int) -> dict[str, float]:
     n = max(episodes, 1)
+    mean = sum(rewards) / n
+    # the mean's standard error: how far the mean of another `episodes` deals would typically be
+    variance = sum((r - mean) ** 2 for r in rewards) / max(n - 1, 1)
     return {
         "episodes": episodes,
-        "mean_return": sum(rewards) / n,
+        "mean_return": mean,
+        "return_stderr": (variance / n) ** 0.5,
         "win_rate": sum(r > 0 for r in rewards) / n,
         "push_rate": sum(r == 0 for r in rewards) / n,
         "loss_rate": sum(r < 0 for r in rewards) / n,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 import subprocess
 import sys
 
@@ -192,4 +193,6 @@ def test_remembered_deals_replay_the_seeded_games_whatever_each_policy_draws():
     for policy in policies:
         table = TablePolicy({tuple(s): policy(s) for s in all_states()})
         fresh = [finish_hand(seeded_game(7 * 1_000_003 + i), policy) for i in range(500)]
-        assert evaluate(table, 500, 7)["mean_return"] == sum(fresh) / 500
+        result = evaluate(table, 500, 7)
+        assert result["mean_return"] == sum(fresh) / 500
+        assert result["return_stderr"] == pytest.approx(statistics.stdev(fresh) / 500**0.5)
