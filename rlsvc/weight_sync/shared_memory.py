@@ -32,6 +32,10 @@ class ShmSender:
         self.publisher = publisher
         self.path, self.plan, self._apply = Path(path), plan, apply_plan
         self.flat = torch.from_file(path, shared=True, size=size, dtype=torch.uint8)
+        # The driver opens this end after every engine has mapped the file, so nothing opens it
+        # again (a rebuilt transport makes a new one): unlinked now, its memory goes back to the
+        # system when the last process mapping it exits, even a killed one.
+        self.path.unlink(missing_ok=True)
         self.snapshot_version = -1
 
     def snapshot(self) -> float:
@@ -57,7 +61,7 @@ class ShmSender:
         return time.perf_counter() - t0
 
     def close(self) -> None:
-        self.path.unlink(missing_ok=True)  # the engines keep their mappings
+        self.path.unlink(missing_ok=True)  # (already unlinked at set-up; the engines keep their mappings)
 
 
 class ShmReceiver:

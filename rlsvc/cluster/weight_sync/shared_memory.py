@@ -22,10 +22,11 @@ class ShmSync(RayWeightSync):
             raise ValueError(
                 "weight_sync.type=shm needs trainer rank 0 and every rollout worker on one node; use monarch, ray or broadcast across nodes"
             )
-        path = str(SHM_DIR / f"rlsvc-weights-{uuid.uuid4().hex[:12]}")
-        size, plan = ray.get(rollout_workers[0].ws_open.remote("shm", path, True))
-        ray.get([w.ws_open.remote("shm", path, False) for w in rollout_workers[1:]])
-        ray.get(trainers[0].ws_open.remote("shm", path, size, plan))
+        self.path = str(SHM_DIR / f"rlsvc-weights-{uuid.uuid4().hex[:12]}")
+        size, plan = ray.get(rollout_workers[0].ws_open.remote("shm", self.path, True))
+        ray.get([w.ws_open.remote("shm", self.path, False) for w in rollout_workers[1:]])
+        # the trainer last: it unlinks the file once it has mapped it (ShmSender)
+        ray.get(trainers[0].ws_open.remote("shm", self.path, size, plan))
 
     def _write(self, manifest: Any, from_snapshot: bool) -> dict[str, float]:
         t0 = time.perf_counter()
