@@ -61,7 +61,8 @@ class ShmSender:
         return time.perf_counter() - t0
 
     def close(self) -> None:
-        self.path.unlink(missing_ok=True)  # (already unlinked at set-up; the engines keep their mappings)
+        """Nothing to free here: the file was unlinked at set-up, and each process's mapping goes
+        with the process."""
 
 
 class ShmReceiver:

@@ -405,3 +405,25 @@ def test_vs_trl_representative_reports_each_sides_phases_and_the_ratio_per_round
     assert "would still take 9.74 s" in text and "**1.24x**" in text
     del data["rows"]["rlsvc (sync)"]  # an asynchronous-only run: no bound from the synchronous schedule
     assert "would still take" not in rep_table(data)
+
+
+def test_async_benchmark_states_the_final_returns_standard_errors_and_gap() -> None:
+    from benchmarks.async_rollout import markdown as async_markdown
+
+    def spread(v: float) -> dict:
+        return {"median": v, "min": v, "max": v}
+
+    side = {"trainer_idle_frac": 0.5, "cores": {}}
+    data = {
+        "args": {"latency_ms": 50, "steps": 30, "skip": 5, "staleness": 1, "eval_episodes": 5000, "extra": []},
+        "ratio": spread(1.5),
+        "step_ratio": spread(1.5),
+        **{f"{m}_{k}": spread(1.0) for m in ("sync", "async") for k in ("episodes_per_s", "step_s")},
+        "sync_final_return": spread(-0.10),
+        "async_final_return": spread(-0.12),
+        "first_step_equal": True,
+        "pairs": [{"sync": side, "async": side}],
+    }
+    assert "Standard error" not in async_markdown(data)  # results from before evaluations had one
+    text = async_markdown({**data, "sync_final_stderr": 0.0134, "async_final_stderr": 0.0135})
+    assert "same 5000 deals" in text and "sync 0.0134, async 0.0135; async - sync, medians: -0.0200." in text
