@@ -43,12 +43,12 @@ LABEL_SLICE = 0.001  # a label is a membership test, not a capacity
 # tiny model's train step 0.093-0.099 s -> 0.074-0.075 s on 2 threads with 30000 spins (about
 # 0.3 ms). 300000 (about 3 ms, libgomp's own default where OMP_WAIT_POLICY is unset) shortened
 # the representative job's mean step 1.02x (1.02-1.04) more and the default job's 1.03x
-# (1.00-1.05) (benchmarks/results/step_speedup_spin300k_rep.md, step_speedup_spin300k_default.md).
+# (1.00-1.05) (benchmarks/results/archive/step_speedup_spin300k_rep.md, step_speedup_spin300k_default.md).
 # Synchronous loop only: in the asynchronous one the rollouts run on the same cores meanwhile, and
 # spinning threads took their time (async samples/s 1834 -> 1719 against TRL's setting).
 # The rollout workers' vLLM forward passes are the same kind of regions: the representative job's
 # mean step 1.09x (1.08-1.10) shorter with them spinning too, the default job's 1.05x (1.00-1.11)
-# (benchmarks/results/step_speedup_rollout_spin_rep.md, step_speedup_rollout_spin_default.md).
+# (benchmarks/results/archive/step_speedup_rollout_spin_rep.md, step_speedup_rollout_spin_default.md).
 SPIN_ROLES = {"trainer", "reference", "rollout"}
 GOMP_SPINCOUNT = "300000"
 # Spinning roles that still set their environment in their own process as they start (see
@@ -60,7 +60,7 @@ SPIN_IN_PROCESS_ROLES = {"rollout"}
 # the engines start while the trainer warm-starts; on the one machine of a job's own cluster they
 # split its cores (`share_cores`) rather than each run as many threads as it has cores. Measured
 # with 50 ms env latency: start-up 1.26x shorter, 1.23x fewer CPU-seconds, the mean step unchanged
-# (1.01x, 0.95-1.26; benchmarks/results/step_speedup_async_threads.md). The synchronous loop's
+# (1.01x, 0.95-1.26; benchmarks/results/archive/step_speedup_async_threads.md). The synchronous loop's
 # phases take turns, so each keeps every core.
 CO_RUNNING_ROLES: tuple[Role, ...] = ("rollout", "trainer")
 
@@ -96,7 +96,7 @@ class Placement:
     has done already; a rollout worker says so on stderr where that happens. A
     runtime env makes Ray start every actor's worker through a set-up process and leaves the
     workers it prestarted unused (the start-up this saves:
-    benchmarks/results/step_speedup_actor_env.md)."""
+    benchmarks/results/archive/step_speedup_actor_env.md)."""
 
     @property
     def worker_threads(self) -> int:
