@@ -25,4 +25,6 @@ def host(ip: str, world: int) -> tuple[dist.TCPStore, str]:
 
 def join(address: str, world: int) -> dist.TCPStore:
     url = urlparse(address)
+    if url.hostname is None or url.port is None:
+        raise ValueError(f"rendezvous address {address!r} is not tcp://HOST:PORT")
     return dist.TCPStore(url.hostname, url.port, world, False, timeout=TIMEOUT)

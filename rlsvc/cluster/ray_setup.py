@@ -14,6 +14,7 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 from rlsvc.config import ClusterConfig
@@ -178,6 +179,7 @@ def connect(
         started = False
     else:
         cpus = cfg.local_num_cpus or max(8, os.cpu_count() or 1)
+        metrics_port: dict[str, Any] = {"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}
         ctx = ray.init(
             num_cpus=cpus,
             resources={cfg.gpu_node_resource: 1.0, cfg.cpu_node_resource: 1.0},
@@ -185,7 +187,7 @@ def connect(
             dashboard_host="127.0.0.1",
             log_to_driver=log_to_driver,
             job_config=job_config,
-            **({"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}),
+            **metrics_port,
         )
         started = True
     if given:
@@ -193,7 +195,7 @@ def connect(
     dashboard = getattr(ctx, "dashboard_url", None)
     return Connection(
         started,
-        address or ctx.address_info.get("address", "local"),
+        address or getattr(ctx, "address_info", {}).get("address", "local"),
         f"http://{dashboard}" if dashboard else None,
         ray.get_runtime_context().get_job_id(),
     )

@@ -153,7 +153,7 @@ def make_tiny_hf(family: str, out: str | Path, **overrides: Any) -> Path:
     config = build_config(family, settings, tokenizer)
     model_cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}[family]
     torch.manual_seed(settings["seed"])
-    model = model_cls(config).to(torch.float32).eval()
+    model = model_cls(config).float().eval()
     model.generation_config = GenerationConfig(
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,

@@ -17,6 +17,7 @@ the memory the engines compute with (the role CUDA IPC plays between colocated G
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -59,8 +60,9 @@ class _Probe(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def copy_plan(model: torch.nn.Module, flat: torch.Tensor, specs: Iterable[tuple[str, tuple[int, ...], torch.dtype]]) -> Plan:
-    """For each checkpoint tensor: the copies vLLM's `load_weights` makes into the shared file."""
+def copy_plan(model: Any, flat: torch.Tensor, specs: Iterable[tuple[str, tuple[int, ...], torch.dtype]]) -> Plan:
+    """For each checkpoint tensor: the copies vLLM's `load_weights` makes into the shared file.
+    `model` is vLLM's model, whose `load_weights` is vLLM's own (not an `nn.Module` method)."""
     base, end = flat.data_ptr(), flat.data_ptr() + flat.numel()
     plan: Plan = {}
     current: list[str] = []
@@ -78,7 +80,7 @@ def copy_plan(model: torch.nn.Module, flat: torch.Tensor, specs: Iterable[tuple[
             if not base <= dst.data_ptr() < end:
                 raise RuntimeError(f"{name} is loaded into memory outside the shared weight file")
             plan[name][2].append(
-                (src.storage_offset(), tuple(src.shape), src.stride(), dst.data_ptr() - base, tuple(dst.shape), dst.stride())
+                (int(src.storage_offset()), tuple(src.shape), src.stride(), dst.data_ptr() - base, tuple(dst.shape), dst.stride())
             )
         _Probe.ops = []
 

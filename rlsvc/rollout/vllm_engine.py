@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -87,7 +87,7 @@ def _keep_linear_weights_as_parameters() -> None:
         return
     from vllm.model_executor.layers.linear import LinearBase
 
-    LinearBase._cpu_skip_gemm_dispatch = True
+    LinearBase._cpu_skip_gemm_dispatch = True  # type: ignore[attr-defined]  # vLLM's CPU flag, set on the class
 
 
 def _import_vllm() -> None:
@@ -246,7 +246,7 @@ class VLLMEngine:
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=enforce_eager,
-            dtype=engine_dtype(dtype),
+            dtype=cast(Any, engine_dtype(dtype)),  # a config string vLLM checks itself
             tensor_parallel_size=tensor_parallel_size,
             # "uni" keeps the single worker in this process (with multiprocessing off above); a
             # tensor-parallel engine needs one worker process per GPU of this actor.
@@ -326,7 +326,9 @@ class VLLMEngine:
         ]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         completions = [out.outputs[0] for out in outputs]
-        texts = self.llm.get_tokenizer().batch_decode([c.token_ids for c in completions], skip_special_tokens=True)
+        texts = cast(Any, self.llm.get_tokenizer()).batch_decode(  # vLLM types it as its narrow TokenizerLike; it is an HF tokenizer
+            [c.token_ids for c in completions], skip_special_tokens=True
+        )
         return [self._to_result(c, text) for c, text in zip(completions, texts, strict=True)]
 
     @staticmethod
@@ -398,6 +400,7 @@ class VLLMEngine:
         if manifest.digest and self._direct:  # hash what the shared weights now hold
             from rlsvc.rollout.shared_weights import read_plan
 
+            assert self._shared is not None, "direct weight loading maps the shared file at set-up"
             flat, plan = self._shared
             for name, tensor in read_plan(flat, plan, (s.name for s in manifest.specs)):
                 digest.update(name, tensor)
