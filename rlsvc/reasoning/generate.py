@@ -111,11 +111,11 @@ QUESTION = {
     "mul": "Then the number of {item} {he} has is multiplied by {k}.",
     "div": "Then {he} splits {his} {item} into {k} equal piles and keeps one pile.",
 }
-SOLUTION = {
-    "add": "{he_cap} gets {k} more, so {he} has {a}+{k}=<<{a}+{k}={b}>>{b} {item}.",
-    "sub": "{he_cap} gives away {k}, so {he} has {a}-{k}=<<{a}-{k}={b}>>{b} {item}.",
-    "mul": "Multiplied by {k}, {he} has {a}*{k}=<<{a}*{k}={b}>>{b} {item}.",
-    "div": "One of {k} piles holds {a}/{k}=<<{a}/{k}={b}>>{b} {item}, so {he} has {b} {item}.",
+SOLUTION = {  # short lines: every token of a worked solution is a token the policy must generate
+    "add": "{he_cap} gets {k} more: {a}+{k}=<<{a}+{k}={b}>>{b}.",
+    "sub": "{he_cap} gives away {k}: {a}-{k}=<<{a}-{k}={b}>>{b}.",
+    "mul": "Multiplied by {k}: {a}*{k}=<<{a}*{k}={b}>>{b}.",
+    "div": "One of {k} piles: {a}/{k}=<<{a}/{k}={b}>>{b}.",
 }
 PRONOUNS = {"Tom": "he", "Sam": "he", "Ben": "he", "Leo": "he", "Ann": "she", "Mia": "she", "Eva": "she", "Zoe": "she"}
 

@@ -13,7 +13,7 @@ from rlsvc.reasoning.answers import ANNOTATION, calculation, extract_strict
 from rlsvc.reasoning.generate import LEVELS, Difficulty, check_disjoint, generate, main
 
 # The default 5,000/500 split's digest: a change to the generator's output must be deliberate.
-DEFAULT_DIGEST = "b1fd16b92092b4f58562c1ef780d4d4a6b701dc60a43d0410cda33b43598e784"
+DEFAULT_DIGEST = "b2e475549d299c9c01e81f17989e7ddda47d84320f7f34d24731af3533f7fd70"
 
 
 @pytest.fixture(scope="module")
