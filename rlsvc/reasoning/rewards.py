@@ -2,18 +2,19 @@
 
 Why math-verify (Hugging Face's, 0.9): it decides answer equivalence over sympy (`72` = `72.0`,
 `\\frac{1}{2}` = `0.5`, `1,000` = `1000`, sets, intervals, LaTeX), which an exact string match
-gets wrong and a hand-written normaliser gets partly right; it is what open-r1, TRL's examples and
-lighteval use to score GSM8K and MATH, so our accuracies read like theirs; and its extraction
-(LaTeX, `\\boxed{}`, "the answer is", the last number) is the lenient rule peers report beside the
-strict one. Alternatives: lm-eval's regex filters only compare strings; verl's `math_dapo`
-normaliser is a copy of Hendrycks' string rules; sympy directly needs a LaTeX parser, which is
-what math-verify wraps (`latex2sympy2-extended`).
+gets wrong and a hand-written normaliser gets partly right; it came out of lighteval and is what
+open-r1's and TRL's accuracy rewards call, so our accuracies read like theirs; and its extraction
+(LaTeX, `\\boxed{}`, "the answer is", the last number) serves as the lenient rule peers report
+beside the strict one. Alternatives: lm-eval's regex filters compare strings; verl's math scorers
+compare strings after hand-written normalisation (Hendrycks' and Minerva's rules); sympy alone
+needs a LaTeX parser, which is what math-verify wraps (`latex2sympy2-extended`).
 
 Every completion gets both accuracies: strict (the required format, `rlsvc/reasoning/answers.py`,
 then equivalence) and lenient (strict, or else math-verify's own extraction over the whole
-completion, then equivalence: a correct strict answer is correct under any lenient reading). The reward pays for strict correctness by default. `ReasoningReward.__call__` never
-raises: a completion with no answer the verifier can read, or one it raises on, scores 0 and is
-counted in `counts["malformed"]` (and `counts["verifier_error"]` for the second).
+completion, then equivalence: a correct strict answer is correct under any lenient reading).
+The reward pays for strict correctness by default. `ReasoningReward.__call__` never raises: a
+completion with no answer the verifier can read, or one it raises on, scores 0 and is counted in
+`counts["malformed"]` (and `counts["verifier_error"]` for the second).
 """
 
 from __future__ import annotations
