@@ -10,14 +10,21 @@ divide by the global count, as `grpo.policy_loss` does.
   denominator=dr_grpo_denominator(...))`; `dr_grpo_loss` is that call.
 - GSPO: `gspo_loss` (a sequence-level importance ratio and clip).
 - DAPO: `overlong_penalty` (soft length penalty added to the reward), `mask_truncated` (overlong
-  filtering), `group_filter` (dynamic sampling's filter of groups whose rewards are all equal).
+  filtering), `group_filter` (dynamic sampling's filter of groups whose rewards are all equal) and
+  `DynamicBatch` (groups gathered over rounds until the batch is full, with a cap).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
 import torch
 
 from rlsvc.algo.grpo import group_advantages, k3_kl, masked_reduce, policy_loss
+
+G = TypeVar("G")
 
 
 def dr_grpo_advantages(returns: torch.Tensor) -> torch.Tensor:
@@ -158,3 +165,46 @@ def group_filter(rewards: torch.Tensor, tol: float = 1e-6) -> tuple[torch.Tensor
     keep = spread > tol
     rate = 1.0 - keep.float().mean().item() if rewards.shape[0] else 0.0
     return keep, rate
+
+
+@dataclass
+class DynamicBatch(Generic[G]):
+    """Dynamic sampling's batch: groups whose rewards are not all equal, gathered over rounds of
+    generation until `want` groups or `max_rounds` rounds (DAPO's cap on generation batches).
+
+    The caller generates a round of groups, scores them and calls `add(groups, rewards)` until
+    `done`; `batch()` is then at most `want` groups (the excess of the last round is dropped, as in
+    DAPO), fewer only when the cap stopped it (`short`). `filtered_rate` is over every group seen.
+    """
+
+    want: int
+    max_rounds: int = 3
+    kept: list[G] = field(default_factory=list)
+    seen: int = 0
+    dropped: int = 0
+    rounds: int = 0
+
+    def add(self, groups: Sequence[G], rewards: torch.Tensor) -> None:
+        """One round: `groups` and their rewards [len(groups), G]."""
+        if len(groups) != rewards.shape[0]:
+            raise ValueError(f"{len(groups)} groups but rewards for {rewards.shape[0]}")
+        keep, _ = group_filter(rewards)
+        self.rounds += 1
+        self.seen += len(groups)
+        self.dropped += int((~keep).sum().item())
+        self.kept.extend(g for g, k in zip(groups, keep.tolist(), strict=True) if k)
+
+    @property
+    def done(self) -> bool:
+        return len(self.kept) >= self.want or self.rounds >= self.max_rounds
+
+    @property
+    def short(self) -> bool:
+        return len(self.kept) < self.want
+
+    @property
+    def filtered_rate(self) -> float:
+        return self.dropped / self.seen if self.seen else 0.0
+
+    def batch(self) -> list[G]:
+        return self.kept[: self.want]

@@ -10,6 +10,7 @@ import torch
 
 from rlsvc.algo.grpo import group_advantages, policy_loss
 from rlsvc.algo.variants import (
+    DynamicBatch,
     dr_grpo_advantages,
     dr_grpo_denominator,
     dr_grpo_loss,
@@ -103,3 +104,18 @@ def test_group_filter_drops_groups_whose_rewards_are_all_equal():
     assert keep.tolist() == [False, True, False, True] and rate == pytest.approx(0.5)
     keep, rate = group_filter(torch.zeros(0, 4))
     assert keep.numel() == 0 and rate == 0.0
+
+
+def test_dynamic_batch_gathers_groups_with_signal_until_full_or_capped():
+    batch = DynamicBatch[str](want=3, max_rounds=3)
+    batch.add(["a", "b", "c"], torch.tensor([[1.0, 1.0], [0.0, 1.0], [0.0, 0.0]]))  # keeps b
+    assert not batch.done and batch.kept == ["b"]
+    batch.add(["d", "e", "f"], torch.tensor([[1.0, 0.0], [0.5, 0.0], [0.2, 0.3]]))  # keeps all three
+    assert batch.done and not batch.short and batch.batch() == ["b", "d", "e"]  # the excess f dropped
+    assert batch.rounds == 2 and batch.filtered_rate == pytest.approx(2 / 6)
+    capped = DynamicBatch[int](want=4, max_rounds=2)
+    for _ in range(2):
+        capped.add([1, 2], torch.tensor([[1.0, 1.0], [0.0, 1.0]]))
+    assert capped.done and capped.short and capped.batch() == [2, 2] and capped.filtered_rate == 0.5
+    with pytest.raises(ValueError, match="2 groups but rewards for 1"):
+        capped.add([1, 2], torch.ones(1, 2))
