@@ -108,3 +108,15 @@ def test_unknown_split_names_and_unloadable_files_are_named(tmp_path, cache):
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"question": "q", "answer": "#### 1"}\n{not json\n')
     assert _error(DatasetSpec(train=str(broken), test=str(broken)), cache).startswith(f"data.train: cannot load {broken}")
+
+
+def test_the_generated_problems_load_and_their_solutions_score_as_right(tmp_path, cache):
+    from rlsvc.reasoning.generate import generate, write
+    from rlsvc.reasoning.rewards import ReasoningReward
+
+    write(generate(300, 40), tmp_path / "arith")
+    splits = load_splits(DatasetSpec(path=str(tmp_path / "arith")), cache_dir=cache)
+    assert len(splits["train"]) == 300 and len(splits["test"]) == 40
+    reward = ReasoningReward()
+    assert all(reward(p.solution, p.final).strict for p in splits["test"])
+    assert not any(reward(p.solution.rsplit("####", 1)[0], p.final).strict for p in splits["test"])  # no final line, no pay
