@@ -15,7 +15,7 @@ from rlsvc.cluster.actors import BufferWorker, EnvWorker, RewardWorker, RolloutW
 from rlsvc.cluster.fleet import RayEnvFleet, RayGenerator
 from rlsvc.cluster.groups import ReferenceModel, ReplayBufferClient, RewardClient, TrainerGroup
 from rlsvc.cluster.placement import Placement, Role, actor_name, reference_host
-from rlsvc.cluster.weight_sync.base import build_weight_sync
+from rlsvc.cluster.weight_sync import build_weight_sync
 from rlsvc.config import Config
 from rlsvc.rollout.spec import EngineSpec
 from rlsvc.weight_sync.base import WeightSync
