@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlsvc.algo.grpo import group_advantages
-from rlsvc.buffer.replay import Episode
 from rlsvc.config import Config
+from rlsvc.episode import Episode
 from rlsvc.models.tokenizer import PAD_ID
 from rlsvc.policy_io import TaskCodec
 from rlsvc.rollout.runner import RolloutRunner, RolloutWorkerLost

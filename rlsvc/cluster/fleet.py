@@ -12,7 +12,8 @@ from typing import Any
 
 import ray
 
-from rlsvc.rollout.runner import FailedObservation, RolloutWorkerLost
+from rlsvc.episode import FailedObservation
+from rlsvc.rollout.runner import RolloutWorkerLost
 
 log = logging.getLogger(__name__)
 

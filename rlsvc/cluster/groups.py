@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import ray
 import torch
 
-from rlsvc.buffer.replay import Episode, ReplayBuffer
+from rlsvc.buffer.replay import ReplayBuffer
+from rlsvc.episode import Episode
 from rlsvc.trainer.batch import split_batch
 
 if TYPE_CHECKING:

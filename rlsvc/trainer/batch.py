@@ -13,7 +13,7 @@ import itertools
 import numpy as np
 import torch
 
-from rlsvc.buffer.replay import Episode
+from rlsvc.episode import Episode
 
 
 def build_batch(episodes: list[Episode], pad_id: int, normalization: str = "token") -> dict[str, torch.Tensor]:

@@ -3,7 +3,8 @@ import pickle
 import pytest
 import torch
 
-from rlsvc.buffer.replay import Episode, ReplayBuffer
+from rlsvc.buffer.replay import ReplayBuffer
+from rlsvc.episode import Episode
 from rlsvc.loop import assign_advantages, deal_seed, drop_failed_groups, episode_metrics
 from rlsvc.models.tokenizer import build_tokenizer
 from rlsvc.policy_io import BlackjackCodec, CodeCodec

@@ -12,9 +12,10 @@ import torch
 from conftest import RulesFleet
 
 from rlsvc.algo.grpo import group_advantages
-from rlsvc.buffer.replay import Episode, ReplayBuffer
+from rlsvc.buffer.replay import ReplayBuffer
 from rlsvc.config import load_config
 from rlsvc.envs.blackjack import HandView
+from rlsvc.episode import Episode
 from rlsvc.loop import GRPOLoop, deal_seed
 from rlsvc.models.tokenizer import build_tokenizer
 from rlsvc.policy_io import BlackjackCodec
