@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlsvc.cluster.errors import ActorDied
 from rlsvc.episode import Episode
+from rlsvc.interfaces import ActorDied
 from rlsvc.loop import GRPOLoop, ScoredBatch
 from rlsvc.models.tokenizer import PAD_ID
 from rlsvc.rollout.runner import Job, RolloutWorkerLost

@@ -22,13 +22,13 @@ from rich.table import Table
 
 from rlsvc.async_loop import AsyncGRPOLoop
 from rlsvc.checkpoint import ResumePoint, folder_name
-from rlsvc.cluster.errors import ActorDied
 from rlsvc.cluster.metrics import RayStepMetrics
 from rlsvc.cluster.placement import pack, plan
 from rlsvc.cluster.ray_setup import Connection, cluster_view, connect, node_resources, submission_metadata
 from rlsvc.cluster.services import Services, start_services
 from rlsvc.config import Config, flatten, to_yaml
 from rlsvc.heap import freeze_startup_heap
+from rlsvc.interfaces import ActorDied
 from rlsvc.loop import GRPOLoop
 from rlsvc.models.spec import ModelSpec, ScratchModel
 from rlsvc.policy_io import TaskCodec, make_codec

@@ -1,7 +1,9 @@
 """The synchronous GRPO step, written to read like the algorithm (docs/design.md, "One step").
 
-No Ray here: the loop calls the typed handles of `Services` (rlsvc/cluster/services.py,
-rlsvc/cluster/groups.py), so unit tests drive it with in-process fakes (tests/unit/test_grpo_loop.py)."""
+No Ray here: the loop calls the interfaces of rlsvc/interfaces.py (`Services` and the handles it
+gives: trainers, reference, buffer, rewards), which the cluster layer implements over Ray actors
+(rlsvc/cluster/services.py, rlsvc/cluster/groups.py), so unit tests drive it with in-process fakes
+(tests/unit/test_grpo_loop.py)."""
 
 from __future__ import annotations
 
@@ -24,8 +26,7 @@ from rlsvc.trainer.batch import build_batch, split_batch
 from rlsvc.trainer.reference_cache import ReferenceCache
 
 if TYPE_CHECKING:
-    from rlsvc.cluster.groups import RewardClient
-    from rlsvc.cluster.services import Services
+    from rlsvc.interfaces import Rewards, Services
     from rlsvc.weight_sync.base import WeightSync
 
 
@@ -85,7 +86,7 @@ class NonFiniteGuard:
                 )
 
 
-def score(rewards: RewardClient, episodes: list[Episode]) -> tuple[list[Episode], int, int]:
+def score(rewards: Rewards, episodes: list[Episode]) -> tuple[list[Episode], int, int]:
     """Rewards onto the episodes; an episode whose reward function failed fails its group, which
     is left out. Returns (scored episodes, groups dropped, episodes that failed scoring)."""
     errors = 0

@@ -85,7 +85,7 @@ def test_a_rollout_worker_lost_under_the_producer_is_recovered_from_the_checkpoi
     import ray
 
     from rlsvc.async_loop import AsyncGRPOLoop
-    from rlsvc.cluster.errors import ActorDied
+    from rlsvc.interfaces import ActorDied
     from rlsvc.job import setup_trainers
     from rlsvc.recovery import recover
     from rlsvc.rollout.runner import RolloutWorkerLost

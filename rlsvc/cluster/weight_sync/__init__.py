@@ -4,7 +4,9 @@ those actors (endpoints, senders and receivers, the publisher, the manifest) and
 interface are plain Python, in rlsvc/weight_sync/.
 
 `build_weight_sync` picks a transport by `weight_sync.type`. It lives here, not in base.py, so
-that the base never imports its implementations (each implementation imports the base)."""
+that the base never imports its implementations (each implementation imports the base). The
+build and each transport's `stage`, `apply` and `push` raise a Ray failure as `ActorDied`
+(rlsvc/cluster/errors.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 import ray
 
+from rlsvc.cluster.errors import translated
 from rlsvc.cluster.weight_sync.base import RayWeightSync
 from rlsvc.cluster.weight_sync.broadcast import BroadcastSync
 from rlsvc.cluster.weight_sync.monarch_rdma import MonarchSync
@@ -30,6 +33,7 @@ TRANSPORT_CLASSES: dict[str, type[RayWeightSync]] = {
 """The driver side of each transport of `weight_sync.type` ("auto" picks one of them)."""
 
 
+@translated
 def build_weight_sync(kind: str, trainers: list[Any], rollout_workers: list[Any], bucket_mb: int = 64, verify: bool = True) -> WeightSync:
     if kind == "auto":
         nodes = ray.get([a.node_id.remote() for a in [trainers[0], *rollout_workers]])
