@@ -3,7 +3,8 @@
 Staleness is bounded where batches are played, not here: the asynchronous producer plays batch b
 only with a policy no older than b - `buffer.max_staleness` (rlsvc/async_loop.py), and the
 synchronous loop learns from what the current policy just played. One mechanism, enforced once;
-the buffer keeps episodes in order within its capacity and reports how old each one is.
+the buffer keeps episodes in order within its capacity (how old each one is, the loop reports:
+rlsvc/loop.py `staleness_mean`).
 """
 
 from __future__ import annotations
@@ -67,7 +68,3 @@ class ReplayBuffer:
     def restore(self, snap: dict) -> None:
         self._items = deque(snap["items"])
         self.dropped_full = snap["dropped_full"]
-
-    @staticmethod
-    def staleness(episodes: list[Episode], current_version: int) -> list[int]:
-        return [current_version - ep.policy_version for ep in episodes]

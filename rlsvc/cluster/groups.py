@@ -37,10 +37,6 @@ class TrainerGroup:
     def __init__(self, ranks: list[Any]) -> None:
         self.ranks = ranks
 
-    @property
-    def world_size(self) -> int:
-        return len(self.ranks)
-
     def _split(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
         return split_batch(batch, len(self.ranks))
 

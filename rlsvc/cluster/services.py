@@ -39,7 +39,6 @@ class Services:
     buffer: Any
     generator: RayGenerator
     fleet: RayEnvFleet
-    extra: dict[str, Any] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
     make_rollout: Callable[[int], Any] | None = None
     """Starts rollout worker i (same name, placement and engine settings): replaces a dead one."""

@@ -24,13 +24,12 @@ def _ep(version: int, group: int = 0, reward: float = 0.0, n: int = 1) -> Episod
 
 def test_buffer_is_fifo_within_its_capacity():
     """Staleness is the asynchronous producer's gate (tests/unit/test_staleness_gate.py), not
-    the buffer's: it keeps order and capacity, and says how old each episode is."""
+    the buffer's: it keeps order and capacity."""
     buf = ReplayBuffer(capacity=3)
     buf.add([_ep(0), _ep(1), _ep(2), _ep(2)])
     assert len(buf) == 3 and buf.dropped_full == 1
     got = buf.sample(2)
     assert [e.policy_version for e in got] == [1, 2] and len(buf) == 1
-    assert buf.staleness(got, 2) == [1, 0]
     snap = buf.snapshot()
     other = ReplayBuffer(capacity=3)
     other.restore(snap)
