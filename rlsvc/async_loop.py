@@ -254,7 +254,7 @@ class AsyncGRPOLoop(GRPOLoop):
         if reference is not None and scored.episodes:
             t0 = time.perf_counter()
             rows = build_batch(scored.episodes, PAD_ID, self.cfg.grpo.normalization)
-            self.reference_cache.logprobs(reference.logprobs, rows["input_ids"], self.allowed, rows["lengths"])
+            self.reference_cache.logprobs(reference.logprobs, rows.input_ids, self.allowed, rows.lengths)
             scored.score_s += time.perf_counter() - t0
         return scored
 

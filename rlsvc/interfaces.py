@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from rlsvc.episode import Episode
     from rlsvc.rollout.runner import EnvFleet, Generator
+    from rlsvc.trainer.batch import TrainBatch
     from rlsvc.trainer.titan_trainer import TrainerSpec
     from rlsvc.weight_sync.base import WeightSync
 
@@ -30,7 +31,9 @@ class Trainers(Protocol):
 
     def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float: ...
 
-    def train_step(self, batch: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, float]: ...
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One GRPO optimiser step (with the loss settings of the trainer's spec)."""
+        ...
 
     def logprobs(
         self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None

@@ -24,7 +24,7 @@ import torch
 from rlsvc.buffer.replay import ReplayBuffer
 from rlsvc.cluster.errors import get
 from rlsvc.episode import Episode
-from rlsvc.trainer.batch import split_batch
+from rlsvc.trainer.batch import TrainBatch, split_rows
 
 if TYPE_CHECKING:
     from rlsvc.trainer.titan_trainer import TrainerSpec
@@ -37,8 +37,8 @@ class TrainerGroup:
     def __init__(self, ranks: list[Any]) -> None:
         self.ranks = ranks
 
-    def _split(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        return split_batch(batch, len(self.ranks))
+    def _split(self, rows: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        return split_rows(rows, len(self.ranks))
 
     def setup(self, spec: TrainerSpec, init_hf_state_dict: dict | None = None) -> None:
         """Build the trainer on every rank from `spec`; ranks join one process group when there are several."""
@@ -60,11 +60,11 @@ class TrainerGroup:
         losses = get([t.sft_step.remote(s["input_ids"], s["loss_mask"]) for t, s in zip(self.ranks, shards)])
         return float(losses[0])
 
-    def train_step(self, batch: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, float]:
-        """One GRPO optimiser step on `batch`, split over the ranks; rank 0's metrics (the
-        trainer all-reduces them)."""
-        shards = self._split(batch)
-        return get([t.train_step.remote(s, **kwargs) for t, s in zip(self.ranks, shards)])[0]  # type: ignore[no-any-return]
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One GRPO optimiser step on `batch` (the loss settings are the trainer's spec's), split
+        over the ranks; rank 0's metrics (the trainer all-reduces them)."""
+        shards = batch.split(len(self.ranks))
+        return get([t.train_step.remote(s) for t, s in zip(self.ranks, shards)])[0]  # type: ignore[no-any-return]
 
     def logprobs(
         self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None

@@ -14,33 +14,38 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlsvc.algo.grpo import LossSettings
+from rlsvc.trainer.batch import TrainBatch
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORLD_SIZE = 2
 N, T = 8, 12
 LR = 1e-2
 
 
-def make_global_batch() -> dict[str, torch.Tensor]:
+def make_global_batch() -> TrainBatch:
     """Uneven response lengths, so the GLOBAL token count differs from either half's."""
     g = torch.Generator().manual_seed(123)
     ids = torch.randint(3, 45, (N, T), generator=g)
     mask = torch.zeros(N, T)
     for n in range(N):
         mask[n, 6 + n % 5 :] = 1.0
-    return {
-        "input_ids": ids,
-        "loss_mask": mask,
-        "old_logprobs": -torch.rand(N, T, generator=g) * 3.0,
-        "ref_logprobs": -torch.rand(N, T, generator=g) * 3.0,
-        "advantages": torch.randn(N, generator=g),
-    }
+    return TrainBatch(
+        input_ids=ids,
+        loss_mask=mask,
+        old_logprobs=-torch.rand(N, T, generator=g) * 3.0,
+        ref_logprobs=-torch.rand(N, T, generator=g) * 3.0,
+        advantages=torch.randn(N, generator=g),
+    )
 
 
-def run_steps(trainer, batch: dict[str, torch.Tensor]) -> dict:
+def run_steps(trainer, batch: TrainBatch) -> dict:
     """The same two steps on every rank count: GRPO (token norm, KL on), then GRPO (sequence norm)."""
-    m1 = trainer.train_step(batch, kl_coef=0.1, normalization="token")
+    trainer.loss = LossSettings(kl_coef=0.1, normalization="token")
+    m1 = trainer.train_step(batch)
     sd1 = trainer.hf_state_dict()
-    m2 = trainer.train_step(batch, normalization="sequence", clip_eps_high=0.3)
+    trainer.loss = LossSettings(normalization="sequence", clip_eps_high=0.3)
+    m2 = trainer.train_step(batch)
     sd2 = trainer.hf_state_dict()
     checksum = trainer.parameter_checksum()
     trainer.load_hf_state_dict(other_weights())

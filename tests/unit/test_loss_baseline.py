@@ -13,10 +13,11 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+from rlsvc.algo.grpo import LossSettings
 from rlsvc.episode import Episode
 from rlsvc.models.titan import ModelConfig
 from rlsvc.models.tokenizer import PAD_ID, VOCAB
-from rlsvc.trainer.batch import build_batch, split_batch
+from rlsvc.trainer.batch import build_batch
 from rlsvc.trainer.titan_trainer import TitanReference, TitanTrainer
 
 BASELINE = {
@@ -64,12 +65,12 @@ def episodes() -> list[Episode]:
 @pytest.mark.parametrize("normalization", ["token", "sequence"])
 def test_a_fixed_seed_step_gives_the_recorded_losses(normalization: str, one_thread: None) -> None:
     cfg = ModelConfig()
-    trainer = TitanTrainer(cfg, lr=1e-3, device="cpu", seed=3)
+    settings = LossSettings(clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.1, tis_cap=2.0)
+    trainer = TitanTrainer(cfg, lr=1e-3, device="cpu", seed=3, loss=settings)
     batch = build_batch(episodes(), PAD_ID, normalization)
-    batch["ref_logprobs"] = TitanReference(cfg, device="cpu", seed=3).logprobs(batch["input_ids"], None, batch["lengths"])
-    batch["prox_logprobs"] = trainer.logprobs(batch["input_ids"], None, batch["lengths"])
-    settings = dict(clip_eps=0.2, clip_eps_high=0.28, kl_coef=0.1, normalization="token", allowed_token_ids=None, tis_cap=2.0)
-    metrics = [trainer.train_step(minibatch, **settings) for minibatch in split_batch(batch, 2)]
+    batch.ref_logprobs = TitanReference(cfg, device="cpu", seed=3).logprobs(batch.input_ids, None, batch.lengths)
+    batch.prox_logprobs = trainer.logprobs(batch.input_ids, None, batch.lengths)
+    metrics = [trainer.train_step(minibatch) for minibatch in batch.split(2)]
     expected = BASELINE[normalization]
     for got, want in zip(metrics, expected["minibatches"], strict=True):
         assert {k: got[k] for k in want} == pytest.approx(want, rel=1e-5, abs=1e-7)
