@@ -267,6 +267,7 @@ class AsyncGRPOLoop(GRPOLoop):
         if self.producer is None:
             self.start()
         producer = self.producer
+        assert producer is not None  # started just above
         t0 = time.perf_counter()
         batch = producer.next_batch()
         if batch.index != step:

@@ -29,6 +29,10 @@ class ActorDied(RuntimeError):
 class Trainers(Protocol):
     """The data-parallel trainer ranks as one learner: each call splits its rows over them."""
 
+    def setup(self, spec: TrainerSpec, init_hf_state_dict: dict | None = None) -> None:
+        """Build the trainer on every rank (the job's start, and its recovery's new ranks)."""
+        ...
+
     def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float: ...
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:

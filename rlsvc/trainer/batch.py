@@ -32,8 +32,8 @@ class TrainBatch:
     """vLLM's (the behaviour policy's) logprob of each sampled token."""
     advantages: torch.Tensor
     """[N]: each row's episode advantage."""
-    lengths: torch.Tensor | None = None
-    """[N]: each row's tokens before its padding (None: every row is the full width)."""
+    lengths: torch.Tensor
+    """[N]: each row's tokens before its padding."""
     ref_logprobs: torch.Tensor | None = None
     """The frozen reference's logprobs, for the KL term (None without a reference)."""
     prox_logprobs: torch.Tensor | None = None

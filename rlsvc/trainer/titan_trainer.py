@@ -268,8 +268,7 @@ class TitanTrainer(_PolicyBase):
         t0 = time.perf_counter()
         normalization = self.loss.normalization
         denominator = self._global_denominator(batch.loss_mask.to(torch.float32).to(self.device), normalization)
-        n, width = batch.input_ids.shape
-        lengths = batch.lengths.cpu() if batch.lengths is not None else torch.full((n,), width)
+        lengths = batch.lengths.cpu()
         batch = replace(batch, lengths=lengths)
         self.model.train()
         local = torch.zeros(len(METRIC_KEYS), dtype=torch.float64)

@@ -36,6 +36,7 @@ def make_global_batch() -> TrainBatch:
         old_logprobs=-torch.rand(N, T, generator=g) * 3.0,
         ref_logprobs=-torch.rand(N, T, generator=g) * 3.0,
         advantages=torch.randn(N, generator=g),
+        lengths=torch.full((N,), T),
     )
 
 
@@ -67,7 +68,7 @@ def _worker(rank: int, init_method: str, out_path: str) -> None:
     torch.set_num_threads(1)
     trainer = TitanTrainer(ModelConfig(), lr=LR, seed=0, rank=rank, world_size=WORLD_SIZE, dist_init_method=init_method, device="cpu")
     half = N // WORLD_SIZE
-    local = {k: v[rank * half : (rank + 1) * half] for k, v in make_global_batch().items()}
+    local = make_global_batch().rows(slice(rank * half, (rank + 1) * half))
     result = run_steps(trainer, local)
     trainer.close()
     torch.save(result, out_path)

@@ -145,6 +145,7 @@ def grpo_batch(n: int = 8, t: int = 12) -> TrainBatch:
         old_logprobs=-torch.rand(n, t, generator=g) * 3.0,
         ref_logprobs=-torch.rand(n, t, generator=g) * 3.0,
         advantages=torch.randn(n, generator=g),
+        lengths=torch.full((n,), t),
     )
 
 
