@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
+from rlsvc.cluster.errors import translated
 from rlsvc.weight_sync.base import Staged, WeightSync
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class RayWeightSync(WeightSync):
         timings = {"sync/gather_s": manifest.timings["gather_s"], f"sync/{phase}_s": seconds, "sync/stage_s": time.perf_counter() - t0}
         return Staged(manifest, handles, timings)
 
+    @translated  # a dead or silent end is expected here; any other Ray failure is the job's
     def close(self, timeout_s: float | None = None) -> None:
         for ref in [t.ws_close.remote() for t in self.trainers] + [w.ws_close.remote() for w in self.workers]:
             try:
