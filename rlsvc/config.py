@@ -27,9 +27,14 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
 
+DEFAULT_RUN_NAME = "blackjack_tiny"
+"""`run.name` of the built-in defaults (configs/blackjack_tiny.yaml); other tasks' runs take the task's name."""
+
+
 class RunConfig(Strict):
-    name: str = "blackjack_tiny"
-    """Run name: the MLflow run name and the prefix of the run folder."""
+    name: str = ""
+    """Run name: the MLflow run name, the default experiment and the prefix of the run folder.
+    Empty: the task's own `name` (the built-in defaults, env.type=blackjack: `blackjack_tiny`)."""
     seed: int = 0
     """Seed for model init, deals and sampling; the same seed repeats a run."""
     output_dir: str = "runs"
@@ -538,6 +543,8 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _check_cross(self) -> Config:
+        if not self.run.name and isinstance(self.env, BlackjackEnvConfig):  # the built-in defaults' own name
+            self.run.name = DEFAULT_RUN_NAME
         episodes = self.grpo.groups_per_step * self.grpo.group_size
         if episodes % self.trainer.minibatches:
             raise ValueError(f"trainer.minibatches ({self.trainer.minibatches}) must divide groups_per_step*group_size ({episodes})")

@@ -11,7 +11,7 @@ import atexit
 import os
 import sys
 import time
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 def config_reference() -> str:
@@ -107,11 +107,13 @@ TASK_HOOKS = (("warm_start_examples", "model", "warm_start_steps"), ("validate",
 def task_for(cfg):
     """The config's task, built and checked against the config before any cluster starts: a
     setting that uses a hook the task lacks is an error when given explicitly, and is switched
-    off (0) when it is only the default. Raises TaskError."""
+    off (0) when it is only the default; an unset `run.name` becomes the task's. Raises TaskError."""
     from rlsvc.task import TaskError
     from rlsvc.tasks.registry import load_task
 
     task = load_task(cfg.env)
+    if not cfg.run.name:
+        cfg.run.name = task.name
     for hook, section, field in TASK_HOOKS:
         part = getattr(cfg, section)
         if getattr(part, field) and not task.has(hook):
@@ -177,27 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     args = build_parser().parse_args(argv)
     from rlsvc.checkpoint import CheckpointError
-    from rlsvc.config import ConfigError, load_config, to_yaml
+    from rlsvc.config import ConfigError, to_yaml
 
-    resume = None
     try:
-        if args.resume:
-            if args.config:
-                raise ConfigError("config error: --resume takes the run's own config.yaml; pass changes as overrides, not --config")
-            resume = resume_point(args.resume)
-            cfg = load_config(str(resume.run.local / "config.yaml"), args.overrides)
-        else:
-            cfg = load_config(args.config, args.overrides)
+        cfg, resume = read_config(args)
     except (ConfigError, CheckpointError) as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
-    if args.print_config or args.dry_run:
-        print(to_yaml(cfg), end="")
     if args.dry_run:
-        from rlsvc.cluster.placement import describe
-
-        print(describe(cfg), end="")
-    if args.print_config or args.dry_run:
+        return dry_run(cfg)
+    if args.print_config:
+        print(to_yaml(cfg), end="")
         return 0
     if refusal := gpu_refusal(cfg):  # before a model download or a local cluster that cannot hold the job
         print(f"rlsvc.train: {refusal}", file=sys.stderr)
@@ -208,17 +200,58 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_writable(cfg.run.output_dir)
         task = task_for(cfg)
-        if cfg.model.source == "hf":  # the folder, its tokenizer and chat template, checked now
-            from rlsvc.models.hf_titan import HFModelError
-            from rlsvc.models.pretrained import prepare
-
-            try:
-                prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, task.chat)
-            except HFModelError as e:
-                raise TaskError(str(e)) from e
+        check_model(cfg, task)
     except (TaskError, StorageError) as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
+    return start_job(cfg, task, started, resume)
+
+
+def read_config(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The config (and the resume point) the arguments name. Raises ConfigError, CheckpointError."""
+    from rlsvc.config import ConfigError, load_config
+
+    if not args.resume:
+        return load_config(args.config, args.overrides), None
+    if args.config:
+        raise ConfigError("config error: --resume takes the run's own config.yaml; pass changes as overrides, not --config")
+    resume = resume_point(args.resume)
+    return load_config(str(resume.run.local / "config.yaml"), args.overrides), resume
+
+
+def dry_run(cfg: Any) -> int:
+    """`--dry-run`: the task loaded and checked with its options (as a job would, before any
+    cluster), then the resolved config and the placement plan; starts nothing."""
+    from rlsvc.cluster.placement import describe
+    from rlsvc.config import to_yaml
+    from rlsvc.task import TaskError
+
+    try:
+        task_for(cfg)
+    except TaskError as e:
+        print(f"rlsvc.train: {e}", file=sys.stderr)
+        return 2
+    print(to_yaml(cfg), end="")
+    print(describe(cfg), end="")
+    return 0
+
+
+def check_model(cfg: Any, task: Any) -> None:
+    """A pretrained model's folder, tokenizer and chat template, checked now. Raises TaskError."""
+    from rlsvc.task import TaskError
+
+    if cfg.model.source == "hf":
+        from rlsvc.models.hf_titan import HFModelError
+        from rlsvc.models.pretrained import prepare
+
+        try:
+            prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, task.chat)
+        except HFModelError as e:
+            raise TaskError(str(e)) from e
+
+
+def start_job(cfg: Any, task: Any, started: float, resume: Any) -> int:
+    """Join or start the cluster and run the job; refusals found on the way are one line, exit 2."""
     from rlsvc.cluster.ray_setup import ClusterUnreachable, check_reachable, keep_local_cluster_on_loopback
 
     keep_local_cluster_on_loopback(cfg.cluster)  # before Ray is imported
@@ -234,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlsvc.job import run
     from rlsvc.loop import TooManyNonFiniteSteps
     from rlsvc.recovery import TooManyRestarts
+    from rlsvc.task import TaskError
 
     try:
         return run(cfg, task, started, resume)
