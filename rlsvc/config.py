@@ -6,6 +6,8 @@ must answer in well under two seconds, before any cluster starts.
 
 from __future__ import annotations
 
+import json
+
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -619,13 +621,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(_one_line(e)) from e
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dict -> {"a.b.c": value}: the form MLflow params take."""
+WHOLE_PARAMS = ("env.options",)
+"""Config keys whose value is one param, as JSON: a task's options are whatever its factory
+takes, and `rlsvc.compare` rebuilds the task from them exactly (types, nesting, empty)."""
+
+
+def flatten(tree: dict[str, Any], prefix: str = "", whole: tuple[str, ...] = WHOLE_PARAMS) -> dict[str, Any]:
+    """Nested dict -> {"a.b.c": value}: the form MLflow params take; a key in `whole` stays one
+    value, its JSON text."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, name + "."))
+        if name in whole:
+            flat[name] = json.dumps(value, sort_keys=True)
+        elif isinstance(value, dict):
+            flat.update(flatten(value, name + ".", whole))
         else:
             flat[name] = value
     return flat
