@@ -7,7 +7,6 @@ must answer in well under two seconds, before any cluster starts.
 from __future__ import annotations
 
 import json
-
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
