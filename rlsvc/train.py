@@ -227,7 +227,9 @@ def dry_run(cfg: Any) -> int:
     from rlsvc.task import TaskError
 
     try:
-        task_for(cfg)
+        task = task_for(cfg)
+        if cfg.model.source == "scratch":  # a pretrained tokenizer is checked when the job starts (no download here)
+            check_task_prompts(cfg, task)
     except TaskError as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
@@ -237,17 +239,46 @@ def dry_run(cfg: Any) -> int:
 
 
 def check_model(cfg: Any, task: Any) -> None:
-    """A pretrained model's folder, tokenizer and chat template, checked now. Raises TaskError."""
+    """A pretrained model's folder, tokenizer and chat template, then the task's prompts against
+    the policy's tokenizer, checked now. Raises TaskError."""
     from rlsvc.task import TaskError
 
+    tokenizer = None
     if cfg.model.source == "hf":
         from rlsvc.models.hf_titan import HFModelError
         from rlsvc.models.pretrained import prepare
 
         try:
-            prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, task.chat)
+            _, tokenizer = prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, task.chat)
         except HFModelError as e:
             raise TaskError(str(e)) from e
+    check_task_prompts(cfg, task, tokenizer)
+
+
+def check_task_prompts(cfg: Any, task: Any, hf_tokenizer: Any = None) -> None:
+    """Refuses a task whose sampled prompts the policy's tokenizer reads as `<unk>`, and warns
+    when they are longer than the model leaves room for (rlsvc/models/prompt_check.py). Raises
+    TaskError."""
+    from rlsvc.models.prompt_check import check_prompts, sample_observations
+
+    if hf_tokenizer is None:
+        from rlsvc.models.tokenizer import UNK_ID, build_core
+
+        kind = cfg.model.titan.tokenizer
+        core, unk, what, room_setting = build_core(kind), UNK_ID, f"model.titan.tokenizer: the {kind} tokenizer", "model.titan.max_seq_len"
+        bos = 1
+    else:
+        core, unk, what, room_setting = (
+            hf_tokenizer.backend_tokenizer,
+            hf_tokenizer.unk_token_id,
+            "model.path: the model's tokenizer",
+            "model.max_seq_len",
+        )
+        bos = int(hf_tokenizer.bos_token_id is not None)
+    observations = sample_observations(task, cfg.run.seed, bool(cfg.env.remote.url))
+    room = cfg.model.seq_len - cfg.rollout.max_tokens - bos
+    if warning := check_prompts(task, observations, core, unk, what, room, room_setting):
+        print(f"rlsvc.train: {warning}", file=sys.stderr)
 
 
 def start_job(cfg: Any, task: Any, started: float, resume: Any) -> int:

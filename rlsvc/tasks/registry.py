@@ -32,7 +32,7 @@ def load_task(env: Any) -> Task:
     """The task of the config's `env` section, built."""
     if env.type in BUILTIN:
         builder = _import(BUILTIN[env.type], "env.type").from_config
-        return _build(lambda: builder(env), "env", env.type)
+        return task_call(lambda: builder(env), "env", env.type)
     factory = resolve(env.task)
     options = dict(env.options)
     try:
@@ -41,14 +41,14 @@ def load_task(env: Any) -> Task:
         raise TaskError(f"env.options: {env.task} does not accept {sorted(options)}: {e}") from e
     except ValueError:  # no signature to read (some built-ins): calling it tells
         pass
-    task = _build(lambda: factory(**options), "env.options" if options else "env.task", env.task)
+    task = task_call(lambda: factory(**options), "env.options" if options else "env.task", env.task)
     if not isinstance(task, Task):
         raise TaskError(f"env.task: {env.task} returned {type(task).__name__}, not an rlsvc.task.Task")
     return task
 
 
-def _build(make: Callable[[], Any], setting: str, name: str) -> Any:
-    """`make()`, its exceptions as one `TaskError` line naming `setting`: a `TaskError` (or
+def task_call(make: Callable[[], Any], setting: str, name: str) -> Any:
+    """`make()` (a task's own code), its exceptions as one `TaskError` line naming `setting`: a `TaskError` (or
     `ValueError`, the usual answer to a bad option) by its message, anything else as the bug it
     is: its type and the line of the task's code that raised it."""
     try:
@@ -80,7 +80,7 @@ def resolve(spec: str) -> Callable[..., Any]:
     for ep in found:
         if ep.name == spec:
             try:
-                loaded: Callable[..., Any] = _build(ep.load, "env.task", f"entry point {spec} ({ep.value})")
+                loaded: Callable[..., Any] = task_call(ep.load, "env.task", f"entry point {spec} ({ep.value})")
             except TaskError as e:
                 if isinstance(e.__cause__, (ImportError, AttributeError)):  # not installed as declared
                     raise TaskError(f"env.task: entry point {spec} ({ep.value}) does not load: {_one_line(e.__cause__)}") from e

@@ -138,3 +138,28 @@ def test_the_env_tag_is_the_tasks_name_not_its_import_path(example_on_path):
 def test_dry_run_in_process_prints_the_plan_of_a_plugin(example_on_path, capsys):
     assert main(["--dry-run", QA]) == 0
     assert "rlsvc placement plan (qa)" in capsys.readouterr().out
+
+
+def _field_docs(model, prefix=""):
+    from pydantic import BaseModel
+
+    for name, field in model.model_fields.items():
+        yield f"{prefix}{name}", " ".join((field.description or "").split())
+        default = field.default
+        if isinstance(default, BaseModel) and not (prefix == "" and name == "env"):  # env: each task's own section
+            yield from _field_docs(type(default), f"{prefix}{name}.")
+
+
+def test_generic_help_is_worded_for_any_task():
+    """Settings every task has speak of episodes, answers and seeds; BlackJack appears only as a
+    named example (its own section, env.type=blackjack, is BlackJack's)."""
+    import re
+
+    from rlsvc.config import Config, EnvBase
+
+    docs = dict(_field_docs(Config)) | dict(_field_docs(EnvBase, "env."))
+    blackjack_words = re.compile(r"\b(deals?|HIT|STAND|hands?|~280 states|stand')\b")
+    worded_for_blackjack = {k: d for k, d in docs.items() if blackjack_words.search(d) and "BlackJack" not in d}
+    assert worded_for_blackjack == {}
+    for key in ("rollout.constrained_actions", "eval.val_episodes", "eval.every_steps", "model.warm_start_steps"):
+        assert "task" in docs[key], (key, docs[key])
