@@ -33,11 +33,12 @@ def config_reference() -> str:
             if isinstance(value, EnvBase):  # one section per task type: the shared fields, then each type's own
                 lines.append(f"\n  {prefix}{name}: {doc}")
                 lines.append(
-                    f"    {prefix}{name}.type (blackjack|code|plugin, default {value.type!r}): the built-in task (plugin: set by env.task)"
+                    f"    {prefix}{name}.type (blackjack|code|plugin, default {getattr(value, 'type', None)!r}): the built-in task (plugin: set by env.task)"
                 )
                 walk(EnvBase, f"{prefix}{name}.", value)
-                for variant in (BlackjackEnvConfig, CodeEnvConfig, PluginEnvConfig):
-                    own = variant.model_construct(task=None) if variant is PluginEnvConfig else variant()
+                unset: dict[str, Any] = {"task": None}  # a plug-in's task has no default to show
+                for own in (BlackjackEnvConfig(), CodeEnvConfig(), PluginEnvConfig.model_construct(**unset)):
+                    variant = type(own)
                     lines.append(
                         f"\n  {prefix}{name} (type={own.type}): {' '.join((variant.model_fields['type'].description or '').split())}"
                     )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from rlsvc.task import Prompt, Task, TaskError
@@ -42,7 +43,7 @@ def first_observations(task: Task, seeds: range) -> list[Any]:
         spec = task_call(task.env_spec, "env.task", f"{task.name}'s env_spec()")
     env = task_call(spec.env_factory, "env.task", f"{task.name}'s environment factory")
     try:
-        return [plain(task_call(lambda s=s: env.reset(seed=s), "env.task", f"{task.name}'s environment reset")) for s in seeds]
+        return [plain(task_call(partial(env.reset, seed=s), "env.task", f"{task.name}'s environment reset")) for s in seeds]
     finally:
         close = getattr(env, "close", None)
         if callable(close):

@@ -70,7 +70,7 @@ def builtin_options(env_type: str) -> list[str]:
 
     from rlsvc.config import BlackjackEnvConfig, CodeEnvConfig, EnvBase
 
-    section = {"blackjack": BlackjackEnvConfig, "code": CodeEnvConfig}[env_type]
+    section: type[BaseModel] = BlackjackEnvConfig if env_type == "blackjack" else CodeEnvConfig
     defaults = section()
     own = [name for name in section.model_fields if name not in EnvBase.model_fields and name != "type"]
     return [
