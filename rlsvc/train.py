@@ -105,10 +105,11 @@ TASK_HOOKS = (("warm_start_examples", "model", "warm_start_steps"), ("validate",
 """Optional task hooks and the setting that uses each."""
 
 
-def task_for(cfg):
+def task_for(cfg, check_remote: bool = True):
     """The config's task, built and checked against the config before any cluster starts: a
     setting that uses a hook the task lacks is an error when given explicitly, and is switched
-    off (0) when it is only the default; an unset `run.name` becomes the task's. Raises TaskError."""
+    off (0) when it is only the default; an unset `run.name` becomes the task's; a remote
+    environment's server must answer (unless not `check_remote`). Raises TaskError."""
     from rlsvc.task import TaskError
     from rlsvc.tasks.registry import load_task
 
@@ -123,7 +124,7 @@ def task_for(cfg):
             setattr(part, field, 0)
     if task.remote_url and not cfg.env.remote.url:
         cfg.env.remote.url = task.remote_url
-    if cfg.env.remote.url:
+    if cfg.env.remote.url and check_remote:
         from rlsvc.envs.openenv_pool import check_server
 
         try:
@@ -222,13 +223,14 @@ def read_config(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def dry_run(cfg: Any) -> int:
     """`--dry-run`: the task loaded and checked with its options (as a job would, before any
-    cluster), then the resolved config and the placement plan; starts nothing."""
+    cluster), then the resolved config and the placement plan; starts nothing and reaches no
+    server (a remote environment's is checked when the job starts)."""
     from rlsvc.cluster.placement import describe
     from rlsvc.config import to_yaml
     from rlsvc.task import TaskError
 
     try:
-        task = task_for(cfg)
+        task = task_for(cfg, check_remote=False)
         if cfg.model.source == "scratch":  # a pretrained tokenizer is checked when the job starts (no download here)
             check_task_prompts(cfg, task)
     except TaskError as e:

@@ -163,3 +163,10 @@ def test_generic_help_is_worded_for_any_task():
     assert worded_for_blackjack == {}
     for key in ("rollout.constrained_actions", "eval.val_episodes", "eval.every_steps", "model.warm_start_steps"):
         assert "task" in docs[key], (key, docs[key])
+
+
+def test_dry_run_reaches_no_remote_environment(capsys):
+    """The task is checked, but a remote environment's server only when the job starts: a dry
+    run plans on a machine that cannot reach the cluster's network."""
+    assert main(["--dry-run", "env.remote.url=http://127.0.0.1:9", "env.remote.connect_timeout_s=1"]) == 0
+    assert "rlsvc placement plan (blackjack_tiny)" in capsys.readouterr().out
