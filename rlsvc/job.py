@@ -325,7 +325,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             {
                 "rlsvc.run_dir": folder.location,
                 "ray.dashboard": conn.dashboard_url or "",
-                **run_tags(cfg, resources, nodes),
+                **run_tags(cfg, resources, nodes, task.name),
                 **ray_job_tags(conn.job_id, submission_metadata()),
             }
         )
