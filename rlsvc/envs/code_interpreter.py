@@ -7,7 +7,7 @@ state carries across turns; an `answer` action ends it:
 - programming problems: the answer is a solution; the reward is the fraction of the problem's
   hidden unit tests it passes: a fresh session runs it and returns what the entry point returned
   for each test's arguments, and this process compares those values with the expected ones
-  (rlsvc/tasks/programming.py: the expected values never reach the sandbox);
+  (rlsvc/problems/programming.py: the expected values never reach the sandbox);
 - arithmetic word problems: the answer is a number; the reward is 1 when it is exact.
 Every executed cell that raised costs `error_penalty`. After `max_turns` actions without an
 answer the episode ends with what it has (0 and the penalties). When the backend itself fails
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from rlsvc.envs.lazy import lazy_classes
+from rlsvc.problems import arithmetic_problem, load_problems, parse_number, score_output, unit_test_program
+from rlsvc.problems.programming import ProgrammingProblem, Score
 from rlsvc.sandbox.local import LocalSandbox, LocalSession, SandboxLimits, SandboxResult
-from rlsvc.tasks import arithmetic_problem, load_problems, parse_number, score_output, unit_test_program
-from rlsvc.tasks.programming import ProgrammingProblem, Score
 
 TaskKind = Literal["programming", "arithmetic", "mixed"]
 ActionKind = Literal["code", "answer"]
@@ -108,7 +108,7 @@ def split_error(error: str | None) -> tuple[str | None, str | None]:
 
 def score_solution(backend: Backend, problem: ProgrammingProblem, solution: str) -> tuple[Score, SandboxResult]:
     """Run `solution` against the problem's hidden tests in a fresh session of `backend` (the
-    episode's own cells do not count) and score it (rlsvc/tasks/programming.py). A backend that
+    episode's own cells do not count) and score it (rlsvc/problems/programming.py). A backend that
     fails raises: that is an infrastructure fault, not the solution's score."""
     program, nonce = unit_test_program(problem, solution)
     session = backend.open_session()

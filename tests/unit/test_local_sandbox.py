@@ -173,7 +173,7 @@ def test_the_run_sees_a_minimal_root(box, tmp_path):
     """Its root is built for it: the system's /usr read-only with its package folders covered,
     empty writable tmpfs elsewhere; not the project (where the hidden tests live), not the
     service's files, not a unix socket of the host."""
-    from rlsvc.tasks.programming import PROBLEMS_FILE
+    from rlsvc.problems.programming import PROBLEMS_FILE
 
     host_socket = socket.socket(socket.AF_UNIX)
     host_socket.bind(str(tmp_path / "host.sock"))
