@@ -19,6 +19,7 @@ import json
 import sys
 
 from rlsvc.problems.programming import load_problems, problem_by_id
+from rlsvc.sandbox.text import valid_utf8
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         "passed": score.passed,
         "total": score.total,
         "outcome": score.outcome,
-        "error": score.error,
+        "error": score.error if score.error is None else valid_utf8(score.error)[0],  # the solution's text: made valid UTF-8
     }
     print(json.dumps(record))
     return 0

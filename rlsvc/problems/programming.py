@@ -23,8 +23,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from rlsvc.sandbox.text import valid_utf8
-
 PROBLEMS_FILE = Path(__file__).with_name("programming.jsonl")
 MARKER = "<<rlsvc-results "
 RESULT_CHARS = 10_000
@@ -149,7 +147,7 @@ def score_output(stdout: str, nonce: str, problem: ProgrammingProblem) -> Score:
         isinstance(got, str) and same(_literal(got, RESULT_CHARS), ast.literal_eval(t.expected), t.tol)
         for got, t in zip(results, problem.tests)
     )
-    return Score(passed, total, valid_utf8(error[:300])[0] if isinstance(error, str) else None)
+    return Score(passed, total, error[:300] if isinstance(error, str) else None)
 
 
 _MISSING = object()

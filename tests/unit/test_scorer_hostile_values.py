@@ -155,7 +155,7 @@ def test_score_output_never_raises_on_any_result_line(results):
     stdout = f"noise\n{MARKER}n0nce " + repr({"results": results, "error": "E: \ud800"}) + "\n"
     score = score_output(stdout, "n0nce", PROBLEM)
     assert 0.0 <= score.fraction <= 1.0 and score.total == 3
-    assert score.error is None or score.error.encode("utf-8")  # made valid UTF-8: it crosses the wire
+    assert score.error == "E: \ud800"  # as the solution wrote it; made valid UTF-8 where it leaves (the CLI, the observation)
 
 
 def _repr(value: object) -> str | None:
@@ -168,7 +168,12 @@ def _repr(value: object) -> str | None:
 def test_a_solution_returning_a_huge_int_scores_0_through_the_cli():
     """The scoring CLI exited 1 with OverflowError here (issue 56); a correct solution still
     scores exactly 1.0."""
-    for solution, score in (("def add(a, b):\n    return 10**400\n", 0.0), ("def add(a, b):\n    return a + b\n", 1.0)):
+    cases = [
+        ("def add(a, b):\n    return 10**400\n", 0.0, None),
+        ("raise ValueError('bad \\ud800')\n", 0.0, "ValueError: bad \ufffd"),  # a lone surrogate: replaced in the JSON
+        ("def add(a, b):\n    return a + b\n", 1.0, None),
+    ]
+    for solution, score, error in cases:
         out = subprocess.run(
             [sys.executable, "-m", "rlsvc.problems", "score", "--problem", "add_two"],
             input=solution,
@@ -177,4 +182,5 @@ def test_a_solution_returning_a_huge_int_scores_0_through_the_cli():
             timeout=120,
         )
         assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout)["score"] == score
+        record = json.loads(out.stdout)
+        assert (record["score"], record["error"]) == (score, error)
