@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
 
     backend = make_backend(CodeEnvSettings(backend=args.backend, exec_timeout_s=args.timeout_s, together_base_url=args.together_base_url))
     try:
-        score, _ = score_solution(backend, problem, sys.stdin.read())
+        solution = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")  # bytes that are not UTF-8: its SyntaxError
+        score, _ = score_solution(backend, problem, solution)
     except Exception as e:  # the backend, not the solution: no score
         print(f"rlsvc.problems: the {args.backend} backend failed: {type(e).__name__}: {e}"[:300], file=sys.stderr)
         return 1

@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 # The run's first code (boot.py: loads its syscall filter, then runs main.py) and what it needs
 BOOT_DIR = ".rlsvc-boot"
 BOOT_FILES = (Path(__file__).with_name("boot.py"), Path(pyseccomp.__file__))
-WRITABLE_EXTRA_MB = 19  # /dev/shm (16 MB), /run, /var, /home (1 MB each): writable beside /tmp
 OUTPUT_LIMIT = 64 * 1024  # characters of stdout/stderr returned (the file-size limit caps what is written)
 UID_BASE, UID_POOL = 200_000, 50_000  # uids with no files and no passwd entry
 
@@ -201,7 +200,7 @@ class SandboxLimits:
     disk_mb: int = 64
     """Size of the run's /tmp, a tmpfs (16,384 files at most) whose pages count against the run's
     memory. The run's writable space in total: this, 16 MB of /dev/shm and 1 MB each of /run,
-    /var and /home (`WRITABLE_EXTRA_MB`); nothing on the host's disk."""
+    /var and /home (`_INSIDE`); nothing on the host's disk."""
     open_files: int = 64
     """Open file descriptors per process."""
     processes: int = 32

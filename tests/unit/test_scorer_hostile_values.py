@@ -184,3 +184,14 @@ def test_a_solution_returning_a_huge_int_scores_0_through_the_cli():
         assert out.returncode == 0, out.stderr
         record = json.loads(out.stdout)
         assert (record["score"], record["error"]) == (score, error)
+
+
+def test_a_solution_that_is_not_utf8_scores_0_through_the_cli():
+    out = subprocess.run(
+        [sys.executable, "-m", "rlsvc.problems", "score", "--problem", "add_two"],
+        input=b"def add(a, b):\n    return '\xff'\n",
+        capture_output=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["score"] == 0.0
