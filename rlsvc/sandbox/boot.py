@@ -90,7 +90,7 @@ def load_filter(libraries: dict[str, str]) -> None:
     f.add_rule(sc.ERRNO(errno.EPERM), "socket", sc.Arg(0, sc.EQ, AF_NETLINK))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     f.load()
-    del sys.modules["ctypes.util"], ctypes.util, sys.modules["pyseccomp"]  # the run imports its own
+    del sys.modules["ctypes.util"], ctypes.util, sys.modules["pyseccomp"]  # type: ignore[attr-defined]  # the run imports its own
 
 
 if __name__ == "__main__":
