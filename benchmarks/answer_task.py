@@ -1,5 +1,5 @@
 """The task of the representative comparison with TRL (benchmarks/vs_trl_representative.py): an
-arithmetic word problem as a chat message (`rlsvc.tasks.arithmetic_problem`, seeded), answered
+arithmetic word problem as a chat message (`rlsvc.problems.arithmetic_problem`, seeded), answered
 in free text of several tokens; one turn.
 
 The reward (`score`, the same function on both sides) is 1 for the exact number and a small
@@ -15,8 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlsvc.envs.openenv_pool import EnvSpec
+from rlsvc.problems.arithmetic import arithmetic_problem, parse_number
 from rlsvc.task import Prompt, Task
-from rlsvc.tasks.arithmetic import arithmetic_problem, parse_number
 
 FORMAT_CREDIT = 0.1
 

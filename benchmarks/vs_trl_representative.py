@@ -130,7 +130,7 @@ def run_trl(args: argparse.Namespace, policy: Path, out: Path) -> dict:
     from benchmarks.answer_task import ArithmeticAnswerTask, messages, score
     from rlsvc.config import load_config
     from rlsvc.policy_io import CHAT_OPTIONS, TaskCodec
-    from rlsvc.tasks.arithmetic import arithmetic_problem
+    from rlsvc.problems.arithmetic import arithmetic_problem
 
     cfg = load_config(None, [])
     torch.set_num_threads(THREADS)

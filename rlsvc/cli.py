@@ -13,6 +13,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "chaos": ("rlsvc.cluster.chaos", "kill random rlsvc actors of a running job (python -m rlsvc.chaos)"),
     "sandbox": ("rlsvc.sandbox.__main__", "run code in the local sandbox (python -m rlsvc.sandbox)"),
     "tasks": ("rlsvc.tasks.__main__", "list the installed tasks and their options; `score`: a programming problem (python -m rlsvc.tasks)"),
+    "score": ("rlsvc.problems.score", "score a solution against a programming problem's hidden tests (python -m rlsvc.problems)"),
     "serve-env": ("rlsvc.envs.serve", "serve a task's OpenEnv environment as its own process (python -m rlsvc.envs.serve)"),
     "make-tiny-hf": ("rlsvc.models.make_tiny_hf", "write a tiny Hugging Face model (python -m rlsvc.models.make_tiny_hf)"),
 }

@@ -251,6 +251,10 @@ class CodeSettings(Strict):
     """Wall-clock limit of one execution."""
     memory_mb: int = Field(512, ge=64)
     """Address-space limit of a local execution."""
+    disk_mb: int = Field(64, ge=1)
+    """Size of a local execution's /tmp, a tmpfs whose pages count against the run's memory
+    (fallocate included); with /dev/shm (16 MB) and /run, /var, /home (1 MB each), all a run can
+    write. Nothing goes to the node's disk."""
     together_base_url: str | None = None
     """Code Interpreter endpoint; default TOGETHER_BASE_URL, else Together's public API."""
     attempts: int = Field(5, ge=1)

@@ -18,7 +18,10 @@ A session whose connection fails (the server died, the connection was reset or c
 came within `call_timeout_s`) ends only its own episode: `step` returns a `LostObservation` for it
 (failed, so the runner drops its group) and the slot is reconnected at its next `reset`, which
 retries with exponential backoff and returns a `LostObservation` if the server stays away for
-`connect_timeout_s`. A server at its `max_concurrent_envs` is waited on, within the same bound. `stats()` counts all of it for the job's logs.
+`connect_timeout_s`. A server at its `max_concurrent_envs` is waited on, within the same bound. A
+server that answers one session's call with an error (its environment raised, or the observation
+would not encode) ends only that episode (`ServerErrorObservation`, failed), never the call.
+`stats()` counts all of it for the job's logs.
 
 The server (when in-process) and the clients share one asyncio loop on one background thread: both
 sides are pure Python under one GIL, so a second thread would add hand-offs without adding
@@ -70,6 +73,15 @@ class LostObservation(FailedObservation):
     failed, and only its group is left out of training."""
 
     outcome: str = "env_lost"
+
+
+@dataclass
+class ServerErrorObservation(FailedObservation):
+    """What a session returns when the server answered its reset or step with an error (its
+    environment raised, or its observation could not be sent): only that episode ends, failed,
+    the session stays open for its next reset, and `stats()["env_errors"]` counts it."""
+
+    outcome: str = "env_error"
 
 
 class SessionRefused(ConnectionError):
@@ -267,7 +279,7 @@ class EnvPool:
         self._server: Any = None
         self._clients: list[Any] = []
         self._broken: set[int] = set()  # slots whose session failed; reconnected at their next reset
-        self._stats = dict.fromkeys(("sessions_lost", "reconnects", "env_lost", "capacity_refusals"), 0)
+        self._stats = dict.fromkeys(("sessions_lost", "reconnects", "env_lost", "capacity_refusals", "env_errors"), 0)
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlsvc-envpool", daemon=True)
         self._thread.start()
@@ -318,7 +330,8 @@ class EnvPool:
         """Counters since the pool opened, for the job's logs: `sessions_lost` (connections that
         failed or went silent), `reconnects` (lost sessions opened again), `env_lost`
         (`LostObservation`s returned: episodes dropped), `capacity_refusals` (sessions a full server
-        refused, then waited for) and `open_sessions` (slots holding a live session now)."""
+        refused, then waited for), `env_errors` (calls the server answered with an error: episodes
+        dropped) and `open_sessions` (slots holding a live session now)."""
         return {**self._stats, "open_sessions": self.num_sessions - len(self._broken)}
 
     def close(self) -> None:
@@ -418,6 +431,8 @@ class EnvPool:
                 if left <= 0:
                     return self._lost(f"no session within {self._connect_timeout_s:g} s ({tries} tries): {type(e).__name__}: {e}")
                 await asyncio.sleep(min(self._backoff(tries - 1), left))
+            except Exception as e:  # the server's error reply (OpenEnv's client raises RuntimeError)
+                return self._server_error(slot, "reset", e)
 
     async def _remote_step(self, slot: int, action: Any) -> Any:
         if slot in self._broken:
@@ -431,6 +446,8 @@ class EnvPool:
         except self._lost_errors as e:
             self._lose(slot, e)
             return self._lost(f"{type(e).__name__}: {e}")
+        except Exception as e:  # the server's error reply (OpenEnv's client raises RuntimeError)
+            return self._server_error(slot, "step", e)
 
     async def _batch(self, slots: Sequence[int], calls: list[Coroutine[Any, Any, Any]], timeout: float) -> list[Any]:
         """One call per session, all at once. Every call is waited for (a failing one does not
@@ -460,6 +477,11 @@ class EnvPool:
             self._stats["sessions_lost"] += 1
             log.debug("env session %d at %s lost: %s: %s", slot, self._url, type(error).__name__, error)
         self._clients[slot].abort()
+
+    def _server_error(self, slot: int, call: str, error: Exception) -> ServerErrorObservation:
+        self._stats["env_errors"] += 1
+        log.warning("env session %d at %s: %s answered %s: %s", slot, self._url, call, type(error).__name__, error)
+        return ServerErrorObservation(f"{type(error).__name__}: {' '.join(str(error).split())[:300]}")
 
     def _lost(self, error: str) -> LostObservation:
         self._stats["env_lost"] += 1
