@@ -8,4 +8,4 @@ import ray
 ActorDied = ray.exceptions.RayError
 """A call failed because an actor died (a crash, a lost node) or was unreachable; it may also be
 a surviving trainer rank's error, whose collective lost its peer. The job's recovery
-(rlsvc/recovery.py) decides what to restart."""
+(rlsvc/job/recovery.py) decides what to restart."""

@@ -6,7 +6,7 @@ wrap a single actor. The GRPO loop (rlsvc/loop.py) sees only these methods, so i
 pass in-process fakes with the same names (tests/unit/test_grpo_loop.py).
 
 Faults are Ray's, unchanged: a dead actor's `RayActorError` (or `ActorUnavailableError`)
-propagates out of these calls to the job's recovery (rlsvc/job.py); the reward and buffer actors
+propagates out of these calls to the job's recovery (rlsvc/job/steps.py); the reward and buffer actors
 are started with `max_task_retries` (cluster/placement.py), so Ray repeats their calls on a
 restarted actor underneath `RewardClient.score` and the `ReplayBufferClient` calls.
 """
