@@ -184,9 +184,17 @@ class Steps:
 
 def train(live: Live) -> Trained:
     """The steps (see the module's docstring); returns what the end of the job needs."""
+    try:
+        with RestartWatch(live.svc, live.budgets.failed):
+            return run_steps(live)
+    except ActorDied:
+        live.budgets.check()  # the restart watch stopped a crash loop: its message, not the killed actor's error
+        raise
+
+
+def run_steps(live: Live) -> Trained:
     loop, cfg = live.loop, live.cfg
-    watch = RestartWatch(live.svc, live.budgets.failed)
-    with progress_bar(live) as bar, watch:
+    with progress_bar(live) as bar:
         steps = Steps(live, bar)
         if live.at.start_step == 0:
             steps.checkpoint()  # a policy actor lost before the first periodic checkpoint restarts from here
