@@ -10,7 +10,7 @@ a checkpoint removes its manifest first. On resume every file is checked against
 folder that fails (a partial copy, a flipped byte, a missing file) is skipped, with the reason,
 in favour of the one before it.
 
-What goes in (see `rlsvc/job.py`): the trainer ranks' model and optimiser as a sharded
+What goes in (see `rlsvc/job/training_checkpoint.py`): the trainer ranks' model and optimiser as a sharded
 torch.distributed.checkpoint (`trainer/`), the reference and best-validated weights, the replay
 buffer's episodes, and `state.json` (step, policy version, counters, the MLflow run id).
 """
