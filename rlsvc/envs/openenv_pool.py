@@ -35,7 +35,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 from rlsvc.envs.serve import bind_socket, check_server, http_url, is_loopback, make_server, new_event_loop, wait_healthy
 from rlsvc.rollout.runner import FailedObservation
+from rlsvc.task import EnvSpec
 
 T = TypeVar("T")
 
@@ -83,24 +84,6 @@ class SessionRefused(ConnectionError):
     @property
     def at_capacity(self) -> bool:
         return self.code == "CAPACITY_REACHED"
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """What the pool serves: OpenEnv's environment factory and types, and how an action (as the
-    runner gives it) becomes the step payload. Built in the env actor's process."""
-
-    name: str
-    env_factory: Any
-    action_cls: type
-    observation_cls: type
-    state_cls: type
-    payload: Callable[[Any], dict[str, Any]]
-    quick_steps: bool = False
-    """Every reset and step is plain Python taking microseconds (no I/O, no subprocess): an
-    in-process pool then calls them one after another in its caller's thread, the fastest way
-    (rlsvc/envs/in_process.py). False (the default, safe for any environment): sessions are
-    stepped concurrently, as OpenEnv's server steps them."""
 
 
 def blackjack_spec(then_stick_at: int | None = None) -> EnvSpec:

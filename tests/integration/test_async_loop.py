@@ -18,7 +18,8 @@ def services(ray_cluster, tmp_path_factory):
     from rlsvc.cluster.services import start_services
     from rlsvc.config import load_config
     from rlsvc.job import prepare_model, setup_trainers
-    from rlsvc.policy_io import BlackjackCodec
+    from rlsvc.policy_io import TaskCodec
+    from rlsvc.tasks.blackjack import BlackjackTask
 
     cfg = load_config(
         None,
@@ -42,7 +43,7 @@ def services(ray_cluster, tmp_path_factory):
 
     svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))
     setup_trainers(cfg, svc, model)
-    yield cfg, svc, BlackjackCodec(tokenizer), model
+    yield cfg, svc, TaskCodec(BlackjackTask(), tokenizer), model
     svc.stop()
 
 

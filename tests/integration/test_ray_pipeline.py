@@ -21,7 +21,8 @@ def job(ray_cluster, tmp_path_factory):
     from rlsvc.config import load_config
     from rlsvc.job import prepare_model, setup_trainers
     from rlsvc.loop import GRPOLoop
-    from rlsvc.policy_io import BlackjackCodec
+    from rlsvc.policy_io import TaskCodec
+    from rlsvc.tasks.blackjack import BlackjackTask
 
     cfg = load_config(
         None,
@@ -38,7 +39,7 @@ def job(ray_cluster, tmp_path_factory):
     )
     resources, nodes = cluster_view()
     model, tokenizer, source = prepare_model(cfg)
-    codec = BlackjackCodec(tokenizer)
+    codec = TaskCodec(BlackjackTask(), tokenizer)
     from rlsvc.rollout.spec import EngineSpec
 
     svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))

@@ -16,7 +16,7 @@ import torch
 from rlsvc.config import load_config
 from rlsvc.loop import choose_greedy, warm_start_batches
 from rlsvc.models.tokenizer import PAD_ID, build_tokenizer
-from rlsvc.policy_io import BlackjackCodec, TaskCodec
+from rlsvc.policy_io import TaskCodec
 from rlsvc.task import Task, TaskError
 from rlsvc.tasks.blackjack import BlackjackTask
 from rlsvc.tasks.code import CodeTask
@@ -157,7 +157,7 @@ def test_warm_start_batches_mask_only_the_answer_tokens():
 
 
 def test_blackjack_warm_start_is_hit_or_stand_after_the_prompt():
-    codec = BlackjackCodec(build_tokenizer("blackjack"))
+    codec = TaskCodec(BlackjackTask(), build_tokenizer("blackjack"))
     [(ids, mask)] = list(warm_start_batches(codec, seed=0, steps=1, batch_size=64))
     assert (mask.sum(dim=1) == 1).all() and set(ids[mask.bool()].tolist()) == set(codec.allowed_token_ids)
 
