@@ -149,3 +149,16 @@ def test_training_and_a_saved_policy_encode_a_chat_prompt_alike(tmp_path):
     full = TaskCodec(LastDigitTask(), policy.tokenizer).tokens(prompt)
     assert len(full) > 12 and full[-11:] == codec.tokens(prompt)[1:]  # the start token, then the end
     assert len(policy.complete([prompt])) == 1
+
+
+def test_the_benchmarks_answer_task_is_a_single_turn_task_scored_by_its_function():
+    from benchmarks.answer_task import ArithmeticAnswerTask, messages, score
+    from rlsvc.tasks.arithmetic import arithmetic_problem
+
+    task = ArithmeticAnswerTask()
+    spec = task.env_spec()
+    env = spec.env_factory()
+    assert task.render(env.reset(seed=11)) == messages(11)
+    answer = arithmetic_problem(11).answer
+    done = env.step(spec.action_cls(**spec.payload(f"{answer + 2} apples")))
+    assert (done.reward, done.outcome) == (score(f"{answer + 2}", answer), "number")

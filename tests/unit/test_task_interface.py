@@ -81,11 +81,12 @@ def test_options_the_factory_does_not_take(example_on_path):
 
 
 def test_settings_that_use_a_missing_hook(example_on_path):
-    """The QA task validates but has no final evaluation nor warm start: left at their defaults
-    those settings are switched off; asked for explicitly, they are an error."""
+    """The QA task validates and (single-turn, with held-out questions) evaluates its saved policy,
+    but has no warm start: left at its default that setting is switched off; asked for
+    explicitly, it is an error."""
     cfg = load_config(None, ["env.task=rlsvc_qa.task:QATask"])
     task_for(cfg)
-    assert (cfg.model.warm_start_steps, cfg.eval.episodes, cfg.eval.every_steps) == (0, 0, 10)
+    assert (cfg.model.warm_start_steps, cfg.eval.episodes, cfg.eval.every_steps) == (0, 20000, 10)
     with pytest.raises(TaskError, match="model.warm_start_steps: task qa has no warm_start_examples hook; set it to 0"):
         task_for(load_config(None, ["env.task=rlsvc_qa.task:QATask", "model.warm_start_steps=5"]))
     assert all(BlackjackTask().has(h) for h in ("warm_start_examples", "validate", "evaluate"))
