@@ -8,14 +8,17 @@ A task bundles:
   episode with `env.invalid_action_penalty`);
 - how an episode is scored (`rubric`: the environment's reward plus the invalid-answer penalty
   by default; any reward functions over the transcript);
-- its metrics (`metrics`), and optional hooks: warm-start data (`warm_start_examples`), an exact
-  greedy evaluator (`validate`), and an evaluation of the saved policy (`evaluate`).
+- its metrics (`metrics`), a warm start (`warm_start_examples`), and the evaluation hooks
+  (`EvaluationHooks`: an exact greedy evaluator `validate`, an evaluation of the saved policy
+  `evaluate`, reference returns).
 
 The loop, the job and the actors only see this interface. Tasks are selected by `env.type` (the
 built-in ones, `rlsvc/tasks/registry.py`), by entry point (group `rlsvc.tasks`), or by import
-path (`env.task=package.module:factory`); docs/tasks.md has a worked example. A task is built
-once in every process that needs it (driver, env and reward actors) from the same config section,
-so it must be cheap to build and must not hold open resources.
+path (`env.task=package.module:factory`); docs/tasks.md documents the contract, the
+environment's side included (`EnvSpec`). A single-turn task subclasses
+`rlsvc.single_turn.SingleTurnTask`. A task is built once in every process that needs it (driver,
+env and reward actors) from the same config section, so it must be cheap to build and must not
+hold open resources.
 
 This module imports neither torch, Ray nor OpenEnv.
 """

@@ -162,3 +162,41 @@ def test_the_benchmarks_answer_task_is_a_single_turn_task_scored_by_its_function
     answer = arithmetic_problem(11).answer
     done = env.step(spec.action_cls(**spec.payload(f"{answer + 2} apples")))
     assert (done.reward, done.outcome) == (score(f"{answer + 2}", answer), "number")
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "tasks.md"
+
+
+def docs_section(heading: str) -> str:
+    text = DOCS.read_text()
+    start = text.index(f"\n## {heading}")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_the_docs_single_turn_example_is_a_working_task_of_at_most_30_lines():
+    section = docs_section("A single-turn task in 20 lines")
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len([line for line in code.splitlines() if line.strip()]) <= 30
+    namespace: dict = {}
+    exec(compile(code, str(DOCS), "exec"), namespace)  # noqa: S102 (the documented example, run as written)
+    task = namespace["LastDigitTask"]()
+    env = task.env_spec().env_factory()
+    obs = env.reset(seed=3)
+    assert obs.prompt == task.problems[3]["question"] and task.has("evaluate")
+    assert env.step(task.env_spec().action_cls(answer=task.problems[3]["answer"])).reward == 1.0
+
+
+def test_the_docs_state_the_whole_environment_contract():
+    """Issue 55, trap 6: the contract was only in the source."""
+    from dataclasses import fields
+
+    from rlsvc.task import EnvSpec
+
+    env = docs_section("The environment (`EnvSpec`)")
+    assert all(f"`{f.name}`" in env for f in fields(EnvSpec)), "every EnvSpec field"
+    for phrase in ("`Environment` subclass", "`reset(seed=...)`", "same seed", "**final**", "`outcome`", "`failed`", "warning"):
+        assert phrase in env, phrase
+    interface = docs_section("The interface")
+    assert all(f"`{hook}(" in interface for hook in ("render_next", "validate", "prepare_validation", "evaluate", "reference_returns"))
+    assert "SavedPolicy.load" in docs_section("Evaluating and querying a saved policy")
