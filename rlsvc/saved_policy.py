@@ -77,8 +77,8 @@ class SavedPolicy:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).to(device).eval()
-        return cls(model, AutoTokenizer.from_pretrained(str(path)), meta)
+        model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+        return cls(model.to(device).eval(), AutoTokenizer.from_pretrained(str(path)), meta)
 
     @property
     def device(self) -> Any:
@@ -97,7 +97,7 @@ class SavedPolicy:
         allowed = self.meta.get("allowed_token_ids")
         out = []
         for prompt in prompts:
-            ids, new = self.encode(prompt), []
+            ids, new = self.encode(prompt), list[int]()
             with torch.no_grad():
                 for _ in range(budget):  # one prompt at a time keeps positions exact (no padding)
                     logits = self.model(input_ids=torch.tensor([ids + new], device=self.device)).logits[0, -1]

@@ -95,7 +95,7 @@ class BlackjackTask(Task):
         states = all_states()
         answers = self.answers()
         picks = choose(states, answers)
-        table = {tuple(s): self.parse(answers[i]) for s, i in zip(states, picks)}
+        table = {tuple(s): str(self.parse(answers[i])) for s, i in zip(states, picks)}
         return evaluate(TablePolicy(table), episodes, seed, then_stick_at=self.then_stick_at)["mean_return"]
 
     def prepare_validation(self, episodes: int, seed: int) -> None:

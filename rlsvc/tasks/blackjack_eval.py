@@ -15,10 +15,11 @@ from __future__ import annotations
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from rlsvc.envs.blackjack import (
     DEALER_STREAM,
+    ActionName,
     BlackjackGame,
     HandView,
     RememberedCards,
@@ -44,8 +45,8 @@ class Policy:
         self.model, self.device = model, device
         self.task = task
         self.codec = TaskCodec(self.task, tokenizer)
-        self.answers = self.task.answers()
-        self.actions = [self.task.parse(a) for a in self.answers]  # ACTIONS, in the answers' order
+        self.answers: list[str] = self.task.answers() or []
+        self.actions = [cast(ActionName, self.task.parse(a)) for a in self.answers]  # ACTIONS, in the answers' order
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     def action_logits(self, observations: list[Any]) -> Any:
@@ -249,7 +250,7 @@ def evaluate(
         else:
             actions = policy.act(views, greedy=False, seed=rng.randrange(2**31))
         for g, a in zip(live, actions):
-            g.step(a)
+            g.step(cast(ActionName, a))
             if then_stick_at is not None and not g.done:
                 finish_hand(g, stick_at(then_stick_at))
         live = [g for g in live if not g.done]

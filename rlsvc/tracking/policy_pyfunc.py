@@ -14,14 +14,12 @@ generic way to query a saved policy, with the prompt encoding training uses. The
 
 from __future__ import annotations
 
-from typing import Any
-
 import mlflow
 from mlflow.pyfunc import PythonModel
 
 
 class PolicyModel(PythonModel):
-    def load_context(self, context: Any) -> None:
+    def load_context(self, context) -> None:  # type: ignore[no-untyped-def]
         try:
             from rlsvc.saved_policy import SavedPolicy
         except ImportError:  # served without rlsvc: the model carries the module (its code_paths)
@@ -29,7 +27,8 @@ class PolicyModel(PythonModel):
 
         self.policy = SavedPolicy.load(context.artifacts["checkpoint"])
 
-    def predict(self, context: Any, model_input: Any, params: dict | None = None) -> list[str]:
+    # MLflow reads the signature (strings in, strings out) off these type hints
+    def predict(self, context, model_input: list[str], params: dict | None = None) -> list[str]:  # type: ignore[no-untyped-def]
         prompts = list(model_input["prompt"]) if hasattr(model_input, "columns") else list(model_input)
         return self.policy.complete(prompts, (params or {}).get("max_tokens"))
 
