@@ -13,6 +13,7 @@ This module imports neither torch, Ray nor OpenEnv: the OpenEnv classes are buil
 
 from __future__ import annotations
 
+import sys
 from abc import abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,6 +78,7 @@ class SingleTurnTask(Task):
         return text
 
     def has(self, hook: str) -> bool:
+        """As `Task.has`; `evaluate` counts once the task names its held-out problems."""
         if hook == "evaluate":  # the generic evaluation needs problems held out of training
             own = type(self).evaluate is not SingleTurnTask.evaluate
             return own or type(self).held_out is not SingleTurnTask.held_out
@@ -84,7 +86,7 @@ class SingleTurnTask(Task):
 
     def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float] | None:
         """The saved policy's greedy completions of the `held_out` problems, scored: the mean
-        reward and the rate of each outcome."""
+        reward and the rate of each outcome (a completion `parse` refuses scores 0, `invalid`)."""
         from rlsvc.saved_policy import SavedPolicy
 
         problems = list(self.held_out(episodes, seed) or [])[:episodes]
@@ -147,7 +149,5 @@ __getattr__ = lazy_classes(__name__, _NAMES, _build_classes)
 
 
 def _classes() -> dict[str, type]:
-    import sys
-
     module = sys.modules[__name__]
     return {name: getattr(module, name) for name in _NAMES}
