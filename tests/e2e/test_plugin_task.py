@@ -87,7 +87,7 @@ def test_a_new_single_turn_task_trains_and_rlsvc_eval_scores_its_policy(tmp_path
     from mlflow.tracking import MlflowClient
 
     run = MlflowClient(uri).get_run(result["mlflow_run_id"])
-    assert result["steps"] == STEPS and run.info.status == "FINISHED" and run.data.tags["rlsvc.env"] == "last_digit"
+    assert result["steps"] == STEPS and run.info.status == "FINISHED"
     metrics = run.data.metrics
     assert metrics["invalid_rate"] == 0.0 and metrics["correct_rate"] + metrics["wrong_rate"] == 1.0
     assert result["eval"]["episodes"] == 30 and 0.0 <= result["eval"]["mean_return"] <= 1.0
