@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlsvc.saved_policy import CheckpointError  # one class: saved_policy.py travels alone in MLflow models
+
 CHECKPOINTS = "checkpoints"  # in the run folder
 MANIFEST = "MANIFEST.json"
 STATE = "state.json"
@@ -42,11 +44,6 @@ class ResumePoint:
     folder: Path | str
     """The checkpoint: a local folder, or its object-store URI."""
     state: dict
-
-
-class CheckpointError(ValueError):
-    """No usable checkpoint: a missing folder, every checkpoint in it incomplete or corrupt, or a
-    saved policy that `rlsvc.eval` cannot load (rlsvc/eval.py)."""
 
 
 def step_dir_name(step: int) -> str:

@@ -8,7 +8,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rlsvc.train", "train a policy with GRPO on a Ray cluster (python -m rlsvc.train)"),
-    "eval": ("rlsvc.eval", "evaluate a BlackJack policy checkpoint (python -m rlsvc.eval)"),
+    "eval": ("rlsvc.eval", "evaluate a saved policy with its task's evaluation (python -m rlsvc.eval)"),
     "compare": ("rlsvc.compare", "compare MLflow runs: differing settings, curves (python -m rlsvc.compare)"),
     "chaos": ("rlsvc.cluster.chaos", "kill random rlsvc actors of a running job (python -m rlsvc.chaos)"),
     "sandbox": ("rlsvc.sandbox.__main__", "run code in the local sandbox (python -m rlsvc.sandbox)"),

@@ -38,7 +38,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -46,6 +46,7 @@ from urllib.parse import urlsplit
 
 from rlsvc.envs.serve import bind_socket, check_server, http_url, is_loopback, make_server, new_event_loop, wait_healthy
 from rlsvc.rollout.runner import FailedObservation
+from rlsvc.task import EnvSpec
 
 T = TypeVar("T")
 
@@ -97,24 +98,6 @@ class SessionRefused(ConnectionError):
         return self.code == "CAPACITY_REACHED"
 
 
-@dataclass(frozen=True)
-class EnvSpec:
-    """What the pool serves: OpenEnv's environment factory and types, and how an action (as the
-    runner gives it) becomes the step payload. Built in the env actor's process."""
-
-    name: str
-    env_factory: Any
-    action_cls: type
-    observation_cls: type
-    state_cls: type
-    payload: Callable[[Any], dict[str, Any]]
-    quick_steps: bool = False
-    """Every reset and step is plain Python taking microseconds (no I/O, no subprocess): an
-    in-process pool then calls them one after another in its caller's thread, the fastest way
-    (rlsvc/envs/in_process.py). False (the default, safe for any environment): sessions are
-    stepped concurrently, as OpenEnv's server steps them."""
-
-
 def blackjack_spec(then_stick_at: int | None = None) -> EnvSpec:
     """BlackJack; with `then_stick_at`, single-turn (stick-at-N finishes every hand)."""
     from rlsvc.envs.blackjack import BlackjackAction, BlackjackEnvironment, BlackjackObservation, BlackjackState
@@ -139,6 +122,89 @@ def code_spec(settings: Any) -> EnvSpec:
     )
 
 
+class _HeldSession:
+    """The session handling of the pool's OpenEnv client (mixed in ahead of `EnvClient`, which
+    is imported only when a pool is built): a connect that makes sure the server holds a session,
+    a close that lets the server lead, and an abort for a failed session."""
+
+    _ws: Any
+    _ws_url: str
+    _connect_timeout: float
+    _max_message_size: int
+
+    async def connect(self) -> Any:
+        """Open the WebSocket and make sure the server holds a session for it. OpenEnv accepts
+        every WebSocket and only then refuses one it has no room for (an error, then close),
+        so one "state" request tells a held session from a refused one."""
+        from websockets.asyncio.client import connect as ws_connect
+        from websockets.exceptions import WebSocketException
+
+        if self._ws is not None:
+            return self
+        try:
+            ws = await ws_connect(
+                self._ws_url,
+                open_timeout=self._connect_timeout,
+                max_size=self._max_message_size,
+                # EnvClient.connect edits NO_PROXY around its await instead, which concurrent
+                # reconnects would interleave; a loopback server never goes through a proxy.
+                proxy=None if is_loopback(self._ws_url) else True,
+            )
+        except (OSError, WebSocketException) as e:  # refused, reset, timed out, bad handshake
+            raise ConnectionError(f"cannot connect to {self._ws_url}: {e}") from e
+        try:
+            await self._check_held(ws)
+        except BaseException:
+            ws.transport.abort()
+            raise
+        self._ws = ws
+        return self
+
+    async def _check_held(self, ws: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await ws.send(json.dumps({"type": "state"}))
+        except ConnectionClosed:
+            pass  # refused already; the reason may still be waiting to be read
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                reply = json.loads(await ws.recv())
+        except ConnectionClosed as e:
+            raise SessionRefused(self._ws_url, "CLOSED", f"closed at once: {e}") from e
+        except TimeoutError as e:
+            raise ConnectionError(f"{self._ws_url} did not answer within {self._connect_timeout:g} s") from e
+        data = reply.get("data") or {}
+        if reply.get("type") == "error" and data.get("code") in _REFUSALS:
+            raise SessionRefused(self._ws_url, data["code"], str(data.get("message", "")))
+
+    async def disconnect(self) -> None:
+        # OpenEnv 0.3.0's server answers a "close" message by closing the socket itself and
+        # logs a traceback when the client's close frame got there first (the base class
+        # sends both at once). So ask, then let the server lead the closing handshake.
+        from websockets.exceptions import ConnectionClosed
+
+        ws, self._ws = self._ws, None
+        if ws is None:
+            return
+        try:
+            await ws.send(json.dumps({"type": "close"}))
+        except ConnectionClosed:
+            return  # closed by the server or the network already: nothing left to free
+        try:
+            async with asyncio.timeout(5.0):
+                await ws.wait_closed()
+        except TimeoutError:
+            ws.transport.abort()  # a server that does not answer gets no handshake either
+
+    def abort(self) -> None:
+        """Drop the connection at once, without a closing handshake (a failed or silent
+        session: the server frees its session when the socket closes)."""
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            ws.transport.abort()
+
+
 def _make_client_class(spec: EnvSpec) -> type:
     """OpenEnv's `EnvClient` specialised to the served action/observation types."""
     from rlsvc.envs.lazy import openenv_without_web_ui
@@ -146,12 +212,10 @@ def _make_client_class(spec: EnvSpec) -> type:
     with openenv_without_web_ui():
         from openenv.core.client_types import StepResult
         from openenv.core.env_client import EnvClient
-    from websockets.asyncio.client import connect as ws_connect
-    from websockets.exceptions import ConnectionClosed, WebSocketException
 
     obs_cls, state_cls, payload = spec.observation_cls, spec.state_cls, spec.payload
 
-    class PoolClient(EnvClient):  # type: ignore[type-arg]
+    class PoolClient(_HeldSession, EnvClient):  # type: ignore[type-arg]
         def _step_payload(self, action: Any) -> dict[str, Any]:
             return payload(action)
 
@@ -165,71 +229,6 @@ def _make_client_class(spec: EnvSpec) -> type:
 
         def _parse_state(self, result: dict[str, Any]) -> Any:
             return state_cls(**result)
-
-        async def connect(self) -> PoolClient:
-            """Open the WebSocket and make sure the server holds a session for it. OpenEnv accepts
-            every WebSocket and only then refuses one it has no room for (an error, then close),
-            so one "state" request tells a held session from a refused one."""
-            if self._ws is not None:
-                return self
-            try:
-                ws = await ws_connect(
-                    self._ws_url,
-                    open_timeout=self._connect_timeout,
-                    max_size=self._max_message_size,
-                    # EnvClient.connect edits NO_PROXY around its await instead, which concurrent
-                    # reconnects would interleave; a loopback server never goes through a proxy.
-                    proxy=None if is_loopback(self._ws_url) else True,
-                )
-            except (OSError, WebSocketException) as e:  # refused, reset, timed out, bad handshake
-                raise ConnectionError(f"cannot connect to {self._ws_url}: {e}") from e
-            try:
-                await self._check_held(ws)
-            except BaseException:
-                ws.transport.abort()
-                raise
-            self._ws = ws
-            return self
-
-        async def _check_held(self, ws: Any) -> None:
-            try:
-                await ws.send(json.dumps({"type": "state"}))
-            except ConnectionClosed:
-                pass  # refused already; the reason may still be waiting to be read
-            try:
-                async with asyncio.timeout(self._connect_timeout):
-                    reply = json.loads(await ws.recv())
-            except ConnectionClosed as e:
-                raise SessionRefused(self._ws_url, "CLOSED", f"closed at once: {e}") from e
-            except TimeoutError as e:
-                raise ConnectionError(f"{self._ws_url} did not answer within {self._connect_timeout:g} s") from e
-            data = reply.get("data") or {}
-            if reply.get("type") == "error" and data.get("code") in _REFUSALS:
-                raise SessionRefused(self._ws_url, data["code"], str(data.get("message", "")))
-
-        async def disconnect(self) -> None:
-            # OpenEnv 0.3.0's server answers a "close" message by closing the socket itself and
-            # logs a traceback when the client's close frame got there first (the base class
-            # sends both at once). So ask, then let the server lead the closing handshake.
-            ws, self._ws = self._ws, None
-            if ws is None:
-                return
-            try:
-                await ws.send(json.dumps({"type": "close"}))
-            except ConnectionClosed:
-                return  # closed by the server or the network already: nothing left to free
-            try:
-                async with asyncio.timeout(5.0):
-                    await ws.wait_closed()
-            except TimeoutError:
-                ws.transport.abort()  # a server that does not answer gets no handshake either
-
-        def abort(self) -> None:
-            """Drop the connection at once, without a closing handshake (a failed or silent
-            session: the server frees its session when the socket closes)."""
-            ws, self._ws = self._ws, None
-            if ws is not None:
-                ws.transport.abort()
 
     return PoolClient
 

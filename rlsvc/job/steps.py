@@ -15,9 +15,9 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from rlsvc.interfaces import ActorDied
 from rlsvc.cluster.metrics import RayStepMetrics
 from rlsvc.cluster.restart_watch import RestartWatch
+from rlsvc.interfaces import ActorDied
 from rlsvc.job.model import policy_files, setup_trainers
 from rlsvc.job.recovery import recover_with_retries
 from rlsvc.job.state import Live, Trained

@@ -113,7 +113,8 @@ def test_an_invalid_observation_fails_only_its_episode():
     """A buggy environment (a real OpenEnv env behind the real server) sends an observation that
     does not parse: that session's episode ends failed and the others play on."""
     from rlsvc.envs.blackjack import BlackjackEnvironment, BlackjackObservation
-    from rlsvc.envs.openenv_pool import EnvPool, EnvSpec, InvalidObservation, blackjack_spec
+    from rlsvc.envs.openenv_pool import EnvPool, InvalidObservation, blackjack_spec
+    from rlsvc.task import EnvSpec
 
     class BuggyBlackjack(BlackjackEnvironment):
         def step(self, action, **kwargs):
@@ -159,7 +160,8 @@ def test_a_silent_session_is_dropped_and_reconnected() -> None:
     import asyncio
 
     from rlsvc.envs.blackjack import BlackjackEnvironment
-    from rlsvc.envs.openenv_pool import EnvPool, EnvSpec, LostObservation, blackjack_spec
+    from rlsvc.envs.openenv_pool import EnvPool, LostObservation, blackjack_spec
+    from rlsvc.task import EnvSpec
 
     class SlowHit(BlackjackEnvironment):
         async def step_async(self, action, timeout_s=None, **kwargs):

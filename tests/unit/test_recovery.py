@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlsvc.interfaces import ActorDied
 from rlsvc.config import FaultConfig
+from rlsvc.interfaces import ActorDied
 from rlsvc.job.faults import CrashLoop, FaultBudgets
 from rlsvc.job.recovery import failed_kind, recover, recover_with_retries
 from rlsvc.job.training_checkpoint import save
