@@ -64,12 +64,14 @@ test: install crds prometheus chromium lint
 test-fast: install
 	$(BIN)/python -m pytest tests -m "not integration and not e2e"
 
-# ruff lint and format, over everything the project writes (make format rewrites)
+# ruff lint and format, over everything the project writes (make format rewrites), and mypy over
+# rlsvc/ (pyproject's [tool.mypy]: the pydantic plugin, third-party imports followed silently)
 LINTED := rlsvc tests benchmarks scripts examples
 
 lint: install
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
 
 format: install
 	$(BIN)/ruff format $(LINTED)

@@ -367,7 +367,7 @@ class EnvPool:
         # No keep-alive pings: the clients live in this process, so they cannot vanish alone.
         server = make_server(self.spec, self.num_sessions, keepalive_s=None)
         sock = bind_socket(_HOST, 0)
-        self.port: int | None = sock.getsockname()[1]
+        self.port = sock.getsockname()[1]
         self._url = f"http://{_HOST}:{self.port}"
         self._serve_future = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), self._loop)
         self._server = server  # close() stops it from here on

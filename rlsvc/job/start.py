@@ -174,7 +174,8 @@ def warm_or_resume(job: JobRun, loop: GRPOLoop, spec: TrainerSpec) -> tuple[Trai
     weights, optimiser, reference, buffer and counters). A new job's reference is built beside
     the trainer's set-up and warm start, and given the warm-started weights after it. Returns
     where training starts and the warm start's loss."""
-    cfg, svc, resume = job.cfg, loop.svc, job.resume
+    cfg, svc, resume = job.cfg, job.svc, job.resume  # the cluster's handles: start-up uses more than the loop's interfaces
+    assert svc is not None, "start_actors ran first"
     reference = svc.reference_model
     keep_reference = reference.start_setup(spec) if reference is not None and resume is None else None
     svc.trainer_group.setup(spec)

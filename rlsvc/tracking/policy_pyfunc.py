@@ -14,6 +14,8 @@ generic way to query a saved policy, with the prompt encoding training uses. The
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import mlflow
 from mlflow.pyfunc import PythonModel
 
@@ -29,7 +31,7 @@ class PolicyModel(PythonModel):
 
     # MLflow reads the signature (strings in, strings out) off these type hints
     def predict(self, context, model_input: list[str], params: dict | None = None) -> list[str]:  # type: ignore[no-untyped-def]
-        prompts = list(model_input["prompt"]) if hasattr(model_input, "columns") else list(model_input)
+        prompts = list(cast(Any, model_input)["prompt"]) if hasattr(model_input, "columns") else list(model_input)  # a DataFrame too
         return self.policy.complete(prompts, (params or {}).get("max_tokens"))
 
 
