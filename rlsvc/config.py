@@ -582,7 +582,7 @@ class Config(Strict):
     def _check_cross(self) -> Config:
         if not self.run.name and isinstance(self.env, BlackjackEnvConfig):  # the built-in defaults' own name
             self.run.name = DEFAULT_RUN_NAME
-        if isinstance(self.env, PluginEnvConfig):
+        if isinstance(self.env, PluginEnvConfig) and self.model.source == "scratch":  # an hf checkpoint brings its tokenizer
             _plugin_tokenizer(self.model.titan)
         episodes = self.grpo.groups_per_step * self.grpo.group_size
         if episodes % self.trainer.minibatches:

@@ -99,6 +99,16 @@ def test_a_plugin_task_gets_the_byte_tokenizer_unless_the_config_chooses(nim_on_
     )
 
 
+def test_a_plugin_task_on_a_pretrained_checkpoint_keeps_its_tokenizer(nim_on_path):
+    """With model.source=hf the checkpoint's tokenizer reads the prompts: the byte default is for
+    scratch models only, and the resolved config validates again (the job hashes it that way)."""
+    from rlsvc.config import Config, TitanModelConfig
+
+    cfg = load_config(None, ["env.task=nim_task:Nim", "model.source=hf", "model.path=tiny:qwen3"])
+    assert cfg.model.titan == TitanModelConfig()
+    Config.model_validate(cfg.model_dump(mode="json"))
+
+
 def test_a_prompt_the_tokenizer_reads_as_unk_refuses_the_job(nim_on_path):
     cfg = load_config(None, ["env.task=nim_task:Nim", "model.titan.tokenizer=blackjack", "model.titan.vocab_size=64"])
     with pytest.raises(TaskError) as err:
