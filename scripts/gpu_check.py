@@ -49,9 +49,11 @@ ADVANTAGES = (1.5, -0.5, -0.5, -0.5)
 GRPO_STEPS = 5
 
 # Tolerances. float32 on one device, same weights: the kernels differ (TorchTitan's fused SDPA,
-# Transformers' own attention), so not bitwise; bfloat16 keeps 8 bits of mantissa.
+# Transformers' own attention), so not bitwise; bfloat16 keeps 8 bits of mantissa. The largest
+# bfloat16 gap measured: 0.025-0.041 per family on an H100 (benchmarks/results/gpu_check_h100.json),
+# 0.057 for qwen2 on an AMD EPYC CPU without AVX-512 (no native bfloat16 matmul), so 0.08.
 FLOAT32_ATOL = 2e-4
-BF16_ATOL = 0.05
+BF16_ATOL = 0.08
 RESUME_ATOL = 1e-5
 
 
