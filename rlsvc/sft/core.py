@@ -28,7 +28,8 @@ class SFTStepper(Protocol):
 
 @dataclass
 class SFTCore:
-    trainer: SFTStepper
+    trainer: SFTStepper | None
+    """steps `epoch`; None for a core that only encodes and batches (a job checks its data first)"""
     tokenizer: Any
     template: PromptTemplate = field(default_factory=PromptTemplate)
     answer_format: AnswerFormat = "gsm8k"
@@ -62,4 +63,6 @@ class SFTCore:
 
     def epoch(self, examples: Sequence[Example], epoch: int = 0) -> list[float]:
         """Train one epoch; each step's loss (mean cross-entropy per answer token)."""
+        if self.trainer is None:
+            raise ValueError("SFTCore.epoch needs a trainer")
         return [self.trainer.sft_step(ids, mask) for ids, mask in self.batches(examples, epoch)]
