@@ -63,8 +63,8 @@ class LocalModel:
     def __init__(self, trainer: Any) -> None:
         self.trainer = trainer
 
-    def train_step(self, batch: dict, **kwargs: Any) -> dict[str, float]:
-        return self.trainer.train_step(batch, **kwargs)
+    def train_step(self, batch: Any) -> dict[str, float]:
+        return self.trainer.train_step(batch)
 
     def sft_step(self, input_ids: Any, loss_mask: Any) -> float:
         return self.trainer.sft_step(input_ids, loss_mask)
@@ -125,7 +125,7 @@ def run_floor(overrides: list[str], steps: int) -> dict:
             keep_freed_memory()  # the process settings the job's trainer and rollout workers apply
         engine = VLLMEngine(folder, **engine_spec.engine_kwargs())
         try:
-            spec = TrainerSpec(model, cfg.trainer, cfg.run.seed)
+            spec = TrainerSpec.from_config(model, cfg, engine_spec.allowed_token_ids)
             trainer = spec.build(rank=0, world_size=1, dist_store=None, init_hf_state_dict=None)
             pool = InProcessPool(cfg.env.sessions_per_actor * cfg.env.num_actors, spec=task.env_spec())
             svc = SimpleNamespace(

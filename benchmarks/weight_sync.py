@@ -31,7 +31,7 @@ from benchmarks import RESULTS_DIR  # noqa: E402
 from benchmarks.pairs import alternate, spread  # noqa: E402
 from rlsvc.cluster.actors import RolloutWorker, TrainerWorker  # noqa: E402
 from rlsvc.cluster.ray_setup import WORKER_ENV  # noqa: E402
-from rlsvc.cluster.weight_sync.base import build_weight_sync  # noqa: E402
+from rlsvc.cluster.weight_sync import build_weight_sync  # noqa: E402
 from rlsvc.config import TrainerConfig  # noqa: E402
 from rlsvc.models.titan import ModelConfig  # noqa: E402
 from rlsvc.rollout.spec import EngineSpec  # noqa: E402

@@ -34,8 +34,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rlsvc.buffer.replay import Episode
-from rlsvc.cluster.errors import ActorDied
+from rlsvc.episode import Episode
+from rlsvc.interfaces import ActorDied
 from rlsvc.loop import GRPOLoop, ScoredBatch
 from rlsvc.models.tokenizer import PAD_ID
 from rlsvc.rollout.runner import Job, RolloutWorkerLost
@@ -254,7 +254,7 @@ class AsyncGRPOLoop(GRPOLoop):
         if reference is not None and scored.episodes:
             t0 = time.perf_counter()
             rows = build_batch(scored.episodes, PAD_ID, self.cfg.grpo.normalization)
-            self.reference_cache.logprobs(reference.logprobs, rows["input_ids"], self.allowed, rows["lengths"])
+            self.reference_cache.logprobs(reference.logprobs, rows.input_ids, self.allowed, rows.lengths)
             scored.score_s += time.perf_counter() - t0
         return scored
 
@@ -267,6 +267,7 @@ class AsyncGRPOLoop(GRPOLoop):
         if self.producer is None:
             self.start()
         producer = self.producer
+        assert producer is not None  # started just above
         t0 = time.perf_counter()
         batch = producer.next_batch()
         if batch.index != step:

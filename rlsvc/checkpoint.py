@@ -45,7 +45,8 @@ class ResumePoint:
 
 
 class CheckpointError(ValueError):
-    """No usable checkpoint (missing folder, or every checkpoint in it incomplete or corrupt)."""
+    """No usable checkpoint: a missing folder, every checkpoint in it incomplete or corrupt, or a
+    saved policy that `rlsvc.eval` cannot load (rlsvc/eval.py)."""
 
 
 def step_dir_name(step: int) -> str:

@@ -9,9 +9,14 @@ policies (BlackJack: optimal, stick-at-17, always-stand) on the same validation 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any
+
+import yaml
+
+from rlsvc.task import Task, TaskError
 
 
 def load_runs(client: Any, experiment_id: str, max_runs: int) -> list[dict]:
@@ -40,30 +45,46 @@ def load_runs(client: Any, experiment_id: str, max_runs: int) -> list[dict]:
 def reference_lines(runs: list[dict]) -> dict[str, float]:
     """The task's reference returns on the validation deals (`Task.reference_returns`), when
     every run has the same task settings and validation deals (read from the runs' params);
-    else none. A plot without them is still a plot: a task that cannot be rebuilt from the
-    params gives none."""
-    from types import SimpleNamespace
-
-    import yaml
-
-    from rlsvc.tasks.registry import load_task
-
-    def value(text: str) -> object:
-        return None if text == "None" else yaml.safe_load(text)
-
+    else none. A plot without them is still a plot: a task that cannot be rebuilt here (a
+    third-party task not installed) gives none, and says why in one line on stderr."""
     settings = {tuple(sorted((k, v) for k, v in r["params"].items() if k.startswith(("env.", "eval.val_")))) for r in runs}
     if len(settings) != 1:
         return {}
-    params = {k: value(v) for k, v in settings.pop()}
+    params = {k: _param(v) for k, v in settings.pop()}
     episodes, seed = params.get("eval.val_episodes"), params.get("eval.val_seed")
     if not isinstance(episodes, int) or not isinstance(seed, int) or episodes <= 0:
         return {}
-    env = SimpleNamespace(**{k[len("env.") :]: v for k, v in params.items() if k.startswith("env.") and "." not in k[len("env.") :]})
     try:
-        task = load_task(env)
-    except Exception:  # e.g. a third-party task not installed here
+        task = rebuild_task(params)
+    except (TaskError, ValueError) as e:
+        print(f"rlsvc.compare: no reference lines: {e}", file=sys.stderr)
         return {}
     return task.reference_returns(episodes, seed) or {}
+
+
+def rebuild_task(params: dict[str, Any]) -> Task:
+    """The runs' task from their logged `env.*` params: the section's own values, and
+    `env.options` (one JSON param; runs logged before it was, one param per option)."""
+    from types import SimpleNamespace
+
+    from rlsvc.tasks.registry import load_task
+
+    env: dict[str, Any] = {k[len("env.") :]: v for k, v in params.items() if k.startswith("env.") and k.count(".") == 1}
+    if isinstance(env.get("options"), str):
+        env["options"] = json.loads(env["options"])
+    elif env.get("type") == "plugin" and "options" not in env:
+        env["options"] = {k[len("env.options.") :]: v for k, v in params.items() if k.startswith("env.options.")}
+    return load_task(SimpleNamespace(**env))
+
+
+def _param(text: str) -> Any:
+    """A logged param's value (`str()` of the config's JSON value; JSON for `env.options`)."""
+    if text == "None":
+        return None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:  # a string that only looks like YAML
+        return text
 
 
 def differing_params(runs: list[dict]) -> list[str]:

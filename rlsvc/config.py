@@ -6,6 +6,7 @@ must answer in well under two seconds, before any cluster starts.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,11 +28,16 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_assignment=True)
 
 
+DEFAULT_RUN_NAME = "blackjack_tiny"
+"""`run.name` of the built-in defaults (configs/blackjack_tiny.yaml); other tasks' runs take the task's name."""
+
+
 class RunConfig(Strict):
-    name: str = "blackjack_tiny"
-    """Run name: the MLflow run name and the prefix of the run folder."""
+    name: str = ""
+    """Run name: the MLflow run name, the default experiment and the prefix of the run folder.
+    Empty: the task's own `name` (the built-in defaults, env.type=blackjack: `blackjack_tiny`)."""
     seed: int = 0
-    """Seed for model init, deals and sampling; the same seed repeats a run."""
+    """Seed for model init, episode seeds and sampling; the same seed repeats a run."""
     output_dir: str = "runs"
     """Folder under which each run writes `<name>-<timestamp>/` (resolved config, checkpoints,
     final checkpoint), or an object-store URI (`s3://bucket/runs`: any fsspec file system, s3fs
@@ -82,9 +88,13 @@ class TitanModelConfig(Strict):
     """RoPE base frequency."""
     norm_eps: float = 1e-5
     """RMSNorm epsilon."""
-    tokenizer: Literal["blackjack", "chars"] = "blackjack"
-    """Built-in tokenizer saved with the model: `blackjack` (one word per token, HIT/STAND are
-    single tokens) or `chars` (one token per printable ASCII character, for code tasks)."""
+    tokenizer: Literal["blackjack", "chars", "bytes"] = "blackjack"
+    """Built-in tokenizer saved with the model (rlsvc/models/tokenizer.py): `blackjack` (a word
+    vocabulary of BlackJack's prompts: each of its answers is one token, any other word is
+    `<unk>`), `chars` (one token per printable ASCII character) or `bytes` (one token per UTF-8
+    byte: any text, never `<unk>`). Unset on a plug-in task (`env.task`): `bytes`, with
+    `vocab_size` 320 unless set. A job refuses to start when a sampled prompt of its task
+    would hold `<unk>`."""
     init_embedding_std: float = Field(0.02, gt=0)
     """Std of the token-embedding init. TorchTitan's Llama uses 1.0; in a model this small that
     drowns the context in the answer position's own embedding (the output barely depends on the
@@ -138,8 +148,10 @@ class ModelConfig(Strict):
     titan: TitanModelConfig = TitanModelConfig()
     """Architecture of the policy when built from scratch (source=hf reads the checkpoint's)."""
     warm_start_steps: int = Field(30, ge=0)
-    """Supervised steps on random HIT/STAND answers that teach only the answer format, standing in
-    for a pretrained model that already knows it (docs/design.md: without it GRPO collapses to 'stand')."""
+    """Supervised steps on the task's warm-start examples (`Task.warm_start_examples`; BlackJack:
+    random HIT/STAND answers) that teach only the answer format, standing in for a pretrained model
+    that already knows it (docs/design.md: without it BlackJack's GRPO collapses to 'stand'). A task
+    without the hook switches the default off."""
     warm_start_on_prompts: bool = False
     """The warm start's loss also covers the prompts (next-token prediction of the observation
     text, as pretraining would have taught; the answers stay random, so no strategy). On its own
@@ -166,16 +178,17 @@ class RolloutConfig(Strict):
     temperature: float = Field(1.0, ge=0)
     """Sampling temperature of the behaviour policy."""
     max_tokens: int = Field(1, ge=1)
-    """Tokens generated per decision (at most): the built-in BlackJack words are one token, a
-    chat answer stops earlier at the tokenizer's end-of-turn token."""
+    """Tokens generated per decision (at most); an answer stops earlier at the tokenizer's
+    end-of-turn token (the default, 1, fits tasks whose answers are one token each, as BlackJack's)."""
     context: Literal["turn", "episode"] = "turn"
     """`turn`: each decision's prompt is the latest observation alone (one training row per
     decision). `episode`: an episode is one token sequence; each turn appends the environment's
     rendered reply and the tokens vLLM sampled, exactly as sampled (token in, token out), and
     the loss covers only the sampled tokens. Needs `model.max_seq_len` room for every turn."""
     constrained_actions: bool = False
-    """Restrict sampling to the HIT/STAND tokens (vLLM `allowed_token_ids`), applied identically
-    in the trainer's logprobs; with False an invalid answer gets `env.invalid_action_penalty`."""
+    """Restrict sampling to the tokens of the task's fixed answers (`Task.answers()`, one token
+    each; vLLM `allowed_token_ids`), applied identically in the trainer's logprobs; with False an
+    invalid answer gets `env.invalid_action_penalty`."""
     gpu_memory_utilization: float = Field(0.3, gt=0, le=1)
     """vLLM's memory fraction (on CPU it bounds the KV cache with `kv_cache_gb`)."""
     kv_cache_gb: float = Field(1.0, gt=0)
@@ -272,7 +285,7 @@ class EnvBase(Strict):
     `auto`: WebSocket for a remote server (`remote.url`, which always uses it), in-process
     otherwise."""
     max_turns: int = Field(12, ge=1)
-    """Decisions after which an unfinished episode is cut (BlackJack ends long before)."""
+    """Decisions after which an unfinished episode is cut (counted as `truncated_rate`)."""
     invalid_action_penalty: float = -1.0
     """Return of an episode whose answer the task could not parse into an action (it ends there)."""
     step_latency_ms: float = Field(0.0, ge=0)
@@ -339,9 +352,10 @@ def _env_type_from_task(env: Any) -> Any:
 
 class GRPOConfig(Strict):
     groups_per_step: int = Field(64, ge=1)
-    """B: groups per step; each group starts from its own seeded deal."""
+    """B: groups per step; each group starts from its own seed (`reset(seed=...)`)."""
     group_size: int = Field(8, ge=2)
-    """G: episodes per group, all from the same deal, so their returns are comparable."""
+    """G: episodes per group, all reset with the group's seed (the same start state), so their
+    returns are comparable."""
     normalize_std: bool = True
     """Divide group-centred returns by the group std (GRPO); False keeps only the mean baseline."""
     clip_eps: float = Field(0.2, gt=0)
@@ -434,15 +448,18 @@ class WeightSyncConfig(Strict):
 
 class EvalConfig(Strict):
     episodes: int = Field(20000, ge=0)
-    """Greedy-policy episodes scored on the final checkpoint (0 skips the final evaluation)."""
+    """Greedy-policy episodes the task's `evaluate` hook scores on the final checkpoint (0 skips
+    the final evaluation; a task without the hook switches the default off)."""
     seed: int = 12345
-    """Seed of the final evaluation's deals (never used for training or checkpoint selection)."""
+    """Seed of the final evaluation's episodes (never used for training or checkpoint selection)."""
     every_steps: int = Field(10, ge=0)
-    """Validate the trainer's greedy policy every this many steps (0: never); logged as eval/val_return."""
+    """Validate the trainer's greedy policy with the task's `validate` hook every this many steps
+    (0: never; a task without the hook switches the default off); logged as eval/val_return."""
     val_episodes: int = Field(20000, ge=1)
-    """Episodes per validation (the greedy policy is a table over ~280 states, so this is cheap)."""
+    """Episodes per validation, played by the task's `validate` hook (BlackJack's greedy policy is
+    a table over ~280 states, so its 20000 are cheap; size it to the task's own cost)."""
     val_seed: int = 999
-    """Seed of the validation deals."""
+    """Seed of the validation episodes."""
     keep_best: bool = True
     """Save the weights with the best validation return as the final checkpoint (else the last)."""
 
@@ -538,6 +555,10 @@ class Config(Strict):
 
     @model_validator(mode="after")
     def _check_cross(self) -> Config:
+        if not self.run.name and isinstance(self.env, BlackjackEnvConfig):  # the built-in defaults' own name
+            self.run.name = DEFAULT_RUN_NAME
+        if isinstance(self.env, PluginEnvConfig):
+            _plugin_tokenizer(self.model.titan)
         episodes = self.grpo.groups_per_step * self.grpo.group_size
         if episodes % self.trainer.minibatches:
             raise ValueError(f"trainer.minibatches ({self.trainer.minibatches}) must divide groups_per_step*group_size ({episodes})")
@@ -548,6 +569,24 @@ class Config(Strict):
         if self.rollout.max_tokens >= self.model.seq_len:
             raise ValueError(f"rollout.max_tokens ({self.rollout.max_tokens}) must be below the model's max_seq_len ({self.model.seq_len})")
         return self
+
+
+def _plugin_tokenizer(titan: TitanModelConfig) -> None:
+    """A plug-in task's prompts are its own words: unless the config chose a tokenizer, the byte
+    one, which reads any text (the word vocabulary is BlackJack's), and room for its 260 tokens."""
+    from rlsvc.models.tokenizer import TOKENIZER_SIZES
+
+    if "tokenizer" in titan.model_fields_set:
+        return
+    needed = TOKENIZER_SIZES["bytes"]
+    if "vocab_size" not in titan.model_fields_set:
+        titan.vocab_size = -(-needed // 64) * 64  # a multiple of 64, as the other built-ins' sizes
+    elif titan.vocab_size < needed:
+        raise ValueError(
+            f"model.titan.vocab_size ({titan.vocab_size}) must be >= the bytes tokenizer's {needed} tokens "
+            "(a plug-in task's default; set model.titan.tokenizer to choose another)"
+        )
+    titan.tokenizer = "bytes"  # (assignments are validated: the vocabulary has room first)
 
 
 def _set_dotted(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -612,13 +651,21 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         raise ConfigError(_one_line(e)) from e
 
 
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dict -> {"a.b.c": value}: the form MLflow params take."""
+WHOLE_PARAMS = ("env.options",)
+"""Config keys whose value is one param, as JSON: a task's options are whatever its factory
+takes, and `rlsvc.compare` rebuilds the task from them exactly (types, nesting, empty)."""
+
+
+def flatten(tree: dict[str, Any], prefix: str = "", whole: tuple[str, ...] = WHOLE_PARAMS) -> dict[str, Any]:
+    """Nested dict -> {"a.b.c": value}: the form MLflow params take; a key in `whole` stays one
+    value, its JSON text."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            flat.update(flatten(value, name + "."))
+        if name in whole:
+            flat[name] = json.dumps(value, sort_keys=True)
+        elif isinstance(value, dict):
+            flat.update(flatten(value, name + ".", whole))
         else:
             flat[name] = value
     return flat

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlsvc.checkpoint import CheckpointError
 from rlsvc.envs.blackjack import (
     DEALER_STREAM,
     BlackjackGame,
@@ -40,10 +41,6 @@ PROMPT_FORMATS = {"blackjack/v1": False, "blackjack/chat-v1": True}
 """The BlackJack prompt formats a checkpoint may name (rlsvc.json `prompt`) -> chat or not."""
 SCORE_ROWS = 32
 """Rows (prompt + answer) per forward pass when answers are scored whole: bounds memory."""
-
-
-class CheckpointError(ValueError):
-    pass
 
 
 class Policy:

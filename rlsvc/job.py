@@ -9,7 +9,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -22,13 +22,13 @@ from rich.table import Table
 
 from rlsvc.async_loop import AsyncGRPOLoop
 from rlsvc.checkpoint import ResumePoint, folder_name
-from rlsvc.cluster.errors import ActorDied
 from rlsvc.cluster.metrics import RayStepMetrics
 from rlsvc.cluster.placement import pack, plan
 from rlsvc.cluster.ray_setup import Connection, cluster_view, connect, node_resources, submission_metadata
 from rlsvc.cluster.services import Services, start_services
 from rlsvc.config import Config, flatten, to_yaml
 from rlsvc.heap import freeze_startup_heap
+from rlsvc.interfaces import ActorDied
 from rlsvc.loop import GRPOLoop
 from rlsvc.models.spec import ModelSpec, ScratchModel
 from rlsvc.policy_io import TaskCodec, make_codec
@@ -71,9 +71,9 @@ def prepare_model(cfg: Config) -> tuple[ModelSpec, Any, dict[str, Any]]:
         return scratch, load_tokenizer(folder), {"files": files}
 
 
-def setup_trainers(cfg: Config, svc: Services, model: ModelSpec) -> TrainerSpec:
+def setup_trainers(cfg: Config, svc: Services, model: ModelSpec, allowed_token_ids: Sequence[int] | None) -> TrainerSpec:
     """Build the trainer on every rank from the model (a restarted policy group; the job builds its first spec inline, to share it with the reference)."""
-    spec = TrainerSpec(model, cfg.trainer, cfg.run.seed)
+    spec = TrainerSpec.from_config(model, cfg, allowed_token_ids)
     svc.trainer_group.setup(spec)
     return spec
 
@@ -215,7 +215,7 @@ def train(
                 restarts, resumed, best = recover_with_retries(
                     loop,
                     folder.checkpoints,
-                    lambda: setup_trainers(cfg, loop.svc, model),
+                    lambda: setup_trainers(cfg, loop.svc, model, loop.allowed),
                     cfg.faults.max_policy_restarts,
                     restarts,
                     console.print,
@@ -325,7 +325,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
             {
                 "rlsvc.run_dir": folder.location,
                 "ray.dashboard": conn.dashboard_url or "",
-                **run_tags(cfg, resources, nodes),
+                **run_tags(cfg, resources, nodes, task.name),
                 **ray_job_tags(conn.job_id, submission_metadata()),
             }
         )
@@ -359,7 +359,7 @@ def run(cfg: Config, task: Task, started: float, resume: ResumePoint | None = No
         reference = svc.reference_model
         # A new job's reference is built beside the trainer's set-up and warm start, and given
         # the warm-started weights after it (a resumed one loads the checkpoint's below).
-        trainer_setup = TrainerSpec(model, cfg.trainer, cfg.run.seed)
+        trainer_setup = TrainerSpec.from_config(model, cfg, engine.allowed_token_ids)
         keep_reference = None
         if reference is not None and resume is None:
             keep_reference = reference.start_setup(trainer_setup)

@@ -1,7 +1,9 @@
 """The synchronous GRPO step, written to read like the algorithm (docs/design.md, "One step").
 
-No Ray here: the loop calls the typed handles of `Services` (rlsvc/cluster/services.py,
-rlsvc/cluster/groups.py), so unit tests drive it with in-process fakes (tests/unit/test_grpo_loop.py)."""
+No Ray here: the loop calls the interfaces of rlsvc/interfaces.py (`Services` and the handles it
+gives: trainers, reference, buffer, rewards), which the cluster layer implements over Ray actors
+(rlsvc/cluster/services.py, rlsvc/cluster/groups.py), so unit tests drive it with in-process fakes
+(tests/unit/test_grpo_loop.py)."""
 
 from __future__ import annotations
 
@@ -15,17 +17,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlsvc.algo.grpo import group_advantages
-from rlsvc.buffer.replay import Episode
 from rlsvc.config import Config
+from rlsvc.episode import Episode
 from rlsvc.models.tokenizer import PAD_ID
 from rlsvc.policy_io import TaskCodec
 from rlsvc.rollout.runner import RolloutRunner, RolloutWorkerLost
-from rlsvc.trainer.batch import build_batch, split_batch
+from rlsvc.trainer.batch import TrainBatch, build_batch
 from rlsvc.trainer.reference_cache import ReferenceCache
 
 if TYPE_CHECKING:
-    from rlsvc.cluster.groups import RewardClient
-    from rlsvc.cluster.services import Services
+    from rlsvc.interfaces import Rewards, Services
     from rlsvc.weight_sync.base import WeightSync
 
 
@@ -85,7 +86,7 @@ class NonFiniteGuard:
                 )
 
 
-def score(rewards: RewardClient, episodes: list[Episode]) -> tuple[list[Episode], int, int]:
+def score(rewards: Rewards, episodes: list[Episode]) -> tuple[list[Episode], int, int]:
     """Rewards onto the episodes; an episode whose reward function failed fails its group, which
     is left out. Returns (scored episodes, groups dropped, episodes that failed scoring)."""
     errors = 0
@@ -331,9 +332,9 @@ class GRPOLoop:
 
         reference = svc.reference_model
         if reference is not None:  # frozen: a row seen before is looked up (trainer/reference_cache.py)
-            batch["ref_logprobs"] = self.reference_cache.logprobs(reference.logprobs, batch["input_ids"], self.allowed, batch["lengths"])
+            batch.ref_logprobs = self.reference_cache.logprobs(reference.logprobs, batch.input_ids, self.allowed, batch.lengths)
         if cfg.grpo.tis_cap is not None:  # the proximal policy: the trainer's own, before the step
-            batch["prox_logprobs"] = svc.trainer_group.logprobs(batch["input_ids"], self.allowed, batch["lengths"])
+            batch.prox_logprobs = svc.trainer_group.logprobs(batch.input_ids, self.allowed, batch.lengths)
         t_ref = time.perf_counter()
 
         train = self.train(batch)
@@ -359,20 +360,11 @@ class GRPOLoop:
             "policy_version": float(self.version),
         }
 
-    def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        cfg = self.cfg
-        kwargs = {
-            "clip_eps": cfg.grpo.clip_eps,
-            "clip_eps_high": cfg.grpo.clip_eps_high,
-            "kl_coef": cfg.grpo.kl_coef,
-            "normalization": "token",  # sequence weighting is already in the mask (trainer/batch.py)
-            "allowed_token_ids": self.allowed,
-            "tis_cap": cfg.grpo.tis_cap,
-        }
-        results: list[dict[str, float]] = []
+    def train(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimiser step per minibatch; the loss settings are the trainer's own (its spec,
+        `TrainerSpec.from_config`)."""
         trainers = self.svc.trainer_group
-        for minibatch in split_batch(batch, cfg.trainer.minibatches):
-            results.append(trainers.train_step(minibatch, **kwargs))
+        results = [trainers.train_step(minibatch) for minibatch in batch.split(self.cfg.trainer.minibatches)]
         out = {k: sum(r[k] for r in results) / (1 if k.startswith("time/") else len(results)) for k in results[0]}  # times add up
         out["nonfinite_skipped"] = max(r["nonfinite_skipped"] for r in results)  # any skipped update marks the step
         return out

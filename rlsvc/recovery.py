@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlsvc.checkpoint import latest_checkpoint
-from rlsvc.cluster.errors import ActorDied
+from rlsvc.interfaces import ActorDied
 from rlsvc.training_checkpoint import Best
 from rlsvc.training_checkpoint import restore as restore_checkpoint
 

@@ -11,7 +11,7 @@ import atexit
 import os
 import sys
 import time
-from typing import NoReturn
+from typing import Any, NoReturn
 
 
 def config_reference() -> str:
@@ -33,11 +33,12 @@ def config_reference() -> str:
             if isinstance(value, EnvBase):  # one section per task type: the shared fields, then each type's own
                 lines.append(f"\n  {prefix}{name}: {doc}")
                 lines.append(
-                    f"    {prefix}{name}.type (blackjack|code|plugin, default {value.type!r}): the built-in task (plugin: set by env.task)"
+                    f"    {prefix}{name}.type (blackjack|code|plugin, default {getattr(value, 'type', None)!r}): the built-in task (plugin: set by env.task)"
                 )
                 walk(EnvBase, f"{prefix}{name}.", value)
-                for variant in (BlackjackEnvConfig, CodeEnvConfig, PluginEnvConfig):
-                    own = variant.model_construct(task=None) if variant is PluginEnvConfig else variant()
+                unset: dict[str, Any] = {"task": None}  # a plug-in's task has no default to show
+                for own in (BlackjackEnvConfig(), CodeEnvConfig(), PluginEnvConfig.model_construct(**unset)):
+                    variant = type(own)
                     lines.append(
                         f"\n  {prefix}{name} (type={own.type}): {' '.join((variant.model_fields['type'].description or '').split())}"
                     )
@@ -104,14 +105,17 @@ TASK_HOOKS = (("warm_start_examples", "model", "warm_start_steps"), ("validate",
 """Optional task hooks and the setting that uses each."""
 
 
-def task_for(cfg):
+def task_for(cfg, check_remote: bool = True):
     """The config's task, built and checked against the config before any cluster starts: a
     setting that uses a hook the task lacks is an error when given explicitly, and is switched
-    off (0) when it is only the default. Raises TaskError."""
+    off (0) when it is only the default; an unset `run.name` becomes the task's; a remote
+    environment's server must answer (unless not `check_remote`). Raises TaskError."""
     from rlsvc.task import TaskError
     from rlsvc.tasks.registry import load_task
 
     task = load_task(cfg.env)
+    if not cfg.run.name:
+        cfg.run.name = task.name
     for hook, section, field in TASK_HOOKS:
         part = getattr(cfg, section)
         if getattr(part, field) and not task.has(hook):
@@ -120,7 +124,7 @@ def task_for(cfg):
             setattr(part, field, 0)
     if task.remote_url and not cfg.env.remote.url:
         cfg.env.remote.url = task.remote_url
-    if cfg.env.remote.url:
+    if cfg.env.remote.url and check_remote:
         from rlsvc.envs.openenv_pool import check_server
 
         try:
@@ -177,27 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     args = build_parser().parse_args(argv)
     from rlsvc.checkpoint import CheckpointError
-    from rlsvc.config import ConfigError, load_config, to_yaml
+    from rlsvc.config import ConfigError, to_yaml
 
-    resume = None
     try:
-        if args.resume:
-            if args.config:
-                raise ConfigError("config error: --resume takes the run's own config.yaml; pass changes as overrides, not --config")
-            resume = resume_point(args.resume)
-            cfg = load_config(str(resume.run.local / "config.yaml"), args.overrides)
-        else:
-            cfg = load_config(args.config, args.overrides)
+        cfg, resume = read_config(args)
     except (ConfigError, CheckpointError) as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
-    if args.print_config or args.dry_run:
-        print(to_yaml(cfg), end="")
     if args.dry_run:
-        from rlsvc.cluster.placement import describe
-
-        print(describe(cfg), end="")
-    if args.print_config or args.dry_run:
+        return dry_run(cfg)
+    if args.print_config:
+        print(to_yaml(cfg), end="")
         return 0
     if refusal := gpu_refusal(cfg):  # before a model download or a local cluster that cannot hold the job
         print(f"rlsvc.train: {refusal}", file=sys.stderr)
@@ -208,17 +202,90 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_writable(cfg.run.output_dir)
         task = task_for(cfg)
-        if cfg.model.source == "hf":  # the folder, its tokenizer and chat template, checked now
-            from rlsvc.models.hf_titan import HFModelError
-            from rlsvc.models.pretrained import prepare
-
-            try:
-                prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, task.chat)
-            except HFModelError as e:
-                raise TaskError(str(e)) from e
+        check_model(cfg, task)
     except (TaskError, StorageError) as e:
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
+    return start_job(cfg, task, started, resume)
+
+
+def read_config(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The config (and the resume point) the arguments name. Raises ConfigError, CheckpointError."""
+    from rlsvc.config import ConfigError, load_config
+
+    if not args.resume:
+        return load_config(args.config, args.overrides), None
+    if args.config:
+        raise ConfigError("config error: --resume takes the run's own config.yaml; pass changes as overrides, not --config")
+    resume = resume_point(args.resume)
+    return load_config(str(resume.run.local / "config.yaml"), args.overrides), resume
+
+
+def dry_run(cfg: Any) -> int:
+    """`--dry-run`: the task loaded and checked with its options (as a job would, before any
+    cluster), then the resolved config and the placement plan; starts nothing and reaches no
+    server (a remote environment's is checked when the job starts)."""
+    from rlsvc.cluster.placement import describe
+    from rlsvc.config import to_yaml
+    from rlsvc.task import TaskError
+
+    try:
+        task = task_for(cfg, check_remote=False)
+        if cfg.model.source == "scratch":  # a pretrained tokenizer is checked when the job starts (no download here)
+            check_task_prompts(cfg, task)
+    except TaskError as e:
+        print(f"rlsvc.train: {e}", file=sys.stderr)
+        return 2
+    print(to_yaml(cfg), end="")
+    print(describe(cfg), end="")
+    return 0
+
+
+def check_model(cfg: Any, task: Any) -> None:
+    """A pretrained model's folder, tokenizer and chat template, then the task's prompts against
+    the policy's tokenizer, checked now. Raises TaskError."""
+    from rlsvc.task import TaskError
+
+    tokenizer = None
+    if cfg.model.source == "hf":
+        from rlsvc.models.hf_titan import HFModelError
+        from rlsvc.models.pretrained import prepare
+
+        try:
+            _, tokenizer = prepare(cfg.model, cfg.run.output_dir, cfg.run.seed, task.chat)
+        except HFModelError as e:
+            raise TaskError(str(e)) from e
+    check_task_prompts(cfg, task, tokenizer)
+
+
+def check_task_prompts(cfg: Any, task: Any, hf_tokenizer: Any = None) -> None:
+    """Refuses a task whose sampled prompts the policy's tokenizer reads as `<unk>`, and warns
+    when they are longer than the model leaves room for (rlsvc/models/prompt_check.py). Raises
+    TaskError."""
+    from rlsvc.models.prompt_check import check_prompts, sample_observations
+
+    if hf_tokenizer is None:
+        from rlsvc.models.tokenizer import UNK_ID, build_core
+
+        kind = cfg.model.titan.tokenizer
+        core, unk, what, room_setting = build_core(kind), UNK_ID, f"model.titan.tokenizer: the {kind} tokenizer", "model.titan.max_seq_len"
+        bos = 1
+    else:
+        core, unk, what, room_setting = (
+            hf_tokenizer.backend_tokenizer,
+            hf_tokenizer.unk_token_id,
+            "model.path: the model's tokenizer",
+            "model.max_seq_len",
+        )
+        bos = int(hf_tokenizer.bos_token_id is not None)
+    observations = sample_observations(task, cfg.run.seed, bool(cfg.env.remote.url))
+    room = cfg.model.seq_len - cfg.rollout.max_tokens - bos
+    if warning := check_prompts(task, observations, core, unk, what, room, room_setting):
+        print(f"rlsvc.train: {warning}", file=sys.stderr)
+
+
+def start_job(cfg: Any, task: Any, started: float, resume: Any) -> int:
+    """Join or start the cluster and run the job; refusals found on the way are one line, exit 2."""
     from rlsvc.cluster.ray_setup import ClusterUnreachable, check_reachable, keep_local_cluster_on_loopback
 
     keep_local_cluster_on_loopback(cfg.cluster)  # before Ray is imported
@@ -234,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlsvc.job import run
     from rlsvc.loop import TooManyNonFiniteSteps
     from rlsvc.recovery import TooManyRestarts
+    from rlsvc.task import TaskError
 
     try:
         return run(cfg, task, started, resume)

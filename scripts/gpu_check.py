@@ -111,6 +111,7 @@ def check_family(family: str, device_name: str, workdir: Path) -> dict[str, Any]
 
     from rlsvc.models.make_tiny_hf import make_tiny_hf
     from rlsvc.models.spec import PretrainedModel
+    from rlsvc.trainer.batch import TrainBatch
     from rlsvc.trainer.titan_trainer import TitanReference, TitanTrainer
 
     device = torch.device(device_name)
@@ -147,9 +148,11 @@ def check_family(family: str, device_name: str, workdir: Path) -> dict[str, Any]
     check(0.0 < result["bf16_vs_hf"] < BF16_ATOL, f"{family}: bfloat16 logprobs differ from float32 by {result['bf16_vs_hf']:.2e}")
 
     # 3. GRPO steps, on-policy each step: the rewarded completion gains, the others lose
-    batch = {"input_ids": ids, "loss_mask": mask, "lengths": lengths, "advantages": torch.tensor(ADVANTAGES)}
+    def batch(old_logprobs: torch.Tensor) -> TrainBatch:
+        return TrainBatch(ids, mask, old_logprobs, torch.tensor(ADVANTAGES), lengths)
+
     for _ in range(GRPO_STEPS):
-        metrics = trainer.train_step({**batch, "old_logprobs": trainer.logprobs(ids, lengths=lengths)})
+        metrics = trainer.train_step(batch(trainer.logprobs(ids, lengths=lengths)))
         check(metrics["nonfinite_skipped"] == 0.0, f"{family}: a GRPO step was not finite: {metrics}")
     after = trainer.logprobs(ids, lengths=lengths)
     gain = [a - b for a, b in zip(response_mean(after, mask), response_mean(before, mask), strict=True)]
@@ -181,7 +184,7 @@ def check_family(family: str, device_name: str, workdir: Path) -> dict[str, Any]
     trainer.save_checkpoint(str(ckpt))
     restored = TitanTrainer(spec, lr=3e-3, device=device_name, param_dtype=dtype, seed=7)
     restored.load_checkpoint(str(ckpt))
-    step = {**batch, "old_logprobs": after}
+    step = batch(after)
     trainer.train_step(step)
     restored.train_step(step)
     a, b = trainer.hf_state_dict(), restored.hf_state_dict()

@@ -6,25 +6,56 @@ by the policy (a response token); logprobs at position t are of token t given to
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 
+if TYPE_CHECKING:
+    from rlsvc.config import GRPOConfig
+
 Normalization = Literal["token", "sequence"]
 
 
-def mask_logits(logits: torch.Tensor, allowed_token_ids: list[int] | None) -> torch.Tensor:
+@dataclass(frozen=True)
+class LossSettings:
+    """The policy loss's settings for a whole job: given once, in the trainer's spec
+    (rlsvc/trainer/titan_trainer.py `TrainerSpec`), not with every step."""
+
+    clip_eps: float = 0.2
+    """Lower clip of the importance ratio (and upper, unless `clip_eps_high` is set)."""
+    clip_eps_high: float | None = None
+    """Upper clip of the ratio (DAPO's clip-higher); None: `clip_eps`."""
+    kl_coef: float = 0.0
+    """Weight of the k3 KL term toward the reference; 0: no term."""
+    tis_cap: float | None = None
+    """Decoupled PPO with truncated importance weights (see `policy_loss`); None: on-policy."""
+    normalization: Normalization = "token"
+    """How sums over tokens are divided. A job keeps "token": its `grpo.normalization=sequence`
+    is already in the batch's mask weights (rlsvc/trainer/batch.py)."""
+    allowed_token_ids: tuple[int, ...] | None = None
+    """The tokens vLLM was restricted to (`rollout.constrained_actions`): the trainer's logprobs
+    are restricted alike; None: the whole vocabulary."""
+
+    @classmethod
+    def from_config(cls, grpo: GRPOConfig, allowed_token_ids: Sequence[int] | None) -> LossSettings:
+        allowed = tuple(allowed_token_ids) if allowed_token_ids is not None else None
+        return cls(grpo.clip_eps, grpo.clip_eps_high, grpo.kl_coef, grpo.tis_cap, "token", allowed)
+
+
+def mask_logits(logits: torch.Tensor, allowed_token_ids: Sequence[int] | None) -> torch.Tensor:
     """Keep only `allowed_token_ids` (the same restriction vLLM applied while sampling)."""
     if not allowed_token_ids:
         return logits
     keep = torch.full((logits.shape[-1],), float("-inf"), device=logits.device, dtype=logits.dtype)
-    keep[torch.as_tensor(allowed_token_ids, device=logits.device)] = 0.0
+    keep[torch.as_tensor(list(allowed_token_ids), device=logits.device)] = 0.0
     return logits + keep
 
 
 def token_logprobs(
-    logits: torch.Tensor, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None
+    logits: torch.Tensor, input_ids: torch.Tensor, allowed_token_ids: Sequence[int] | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log p(input_ids[:, t] | input_ids[:, :t]) and the entropy of that distribution, [N, T].
 
@@ -70,18 +101,16 @@ def policy_loss(
     old_logprobs: torch.Tensor,
     advantages: torch.Tensor,
     loss_mask: torch.Tensor,
+    settings: LossSettings = LossSettings(),
     *,
-    clip_eps: float = 0.2,
-    clip_eps_high: float | None = None,
-    kl_coef: float = 0.0,
     ref_logprobs: torch.Tensor | None = None,
-    normalization: Normalization = "token",
     denominator: float | None = None,
     behaviour_logprobs: torch.Tensor | None = None,
-    tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-style clipped surrogate against `old_logprobs`, plus an optional k3 KL term.
 
+    `settings` give the clipping, the KL weight, `tis_cap` and the normalisation (its
+    `allowed_token_ids` are the caller's, who computed `logprobs`).
     On-policy (`tis_cap` None), `old_logprobs` are the behaviour policy's (vLLM's). Off-policy
     with truncated importance sampling (decoupled PPO): `old_logprobs` are the trainer's own
     before the step (the proximal policy), and each token's loss is weighted by
@@ -89,10 +118,11 @@ def policy_loss(
     `advantages` is per sequence [N]; it is broadcast over that sequence's response tokens.
     Returns the scalar loss and detached diagnostics (already reduced with the same weighting).
     """
+    clip_eps, kl_coef, tis_cap, normalization = settings.clip_eps, settings.kl_coef, settings.tis_cap, settings.normalization
     mask = loss_mask.to(logprobs.dtype)
     adv = advantages.to(logprobs.dtype).unsqueeze(1)
     ratio = torch.exp(logprobs - old_logprobs)
-    high = clip_eps if clip_eps_high is None else clip_eps_high
+    high = clip_eps if settings.clip_eps_high is None else settings.clip_eps_high
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high)
     per_token = -torch.minimum(ratio * adv, clipped * adv)
     stats: dict[str, torch.Tensor] = {}

@@ -22,7 +22,7 @@ from typing import Generic, TypeVar
 
 import torch
 
-from rlsvc.algo.grpo import group_advantages, k3_kl, masked_reduce, policy_loss
+from rlsvc.algo.grpo import LossSettings, group_advantages, k3_kl, masked_reduce, policy_loss
 
 G = TypeVar("G")
 
@@ -69,11 +69,8 @@ def dr_grpo_loss(
         old_logprobs,
         advantages,
         loss_mask,
-        clip_eps=clip_eps,
-        clip_eps_high=clip_eps_high,
-        kl_coef=kl_coef,
+        LossSettings(clip_eps=clip_eps, clip_eps_high=clip_eps_high, kl_coef=kl_coef, normalization="token"),
         ref_logprobs=ref_logprobs,
-        normalization="token",
         denominator=dr_grpo_denominator(n, max_response_tokens),
     )
 

@@ -3,49 +3,17 @@
 Staleness is bounded where batches are played, not here: the asynchronous producer plays batch b
 only with a policy no older than b - `buffer.max_staleness` (rlsvc/async_loop.py), and the
 synchronous loop learns from what the current policy just played. One mechanism, enforced once;
-the buffer keeps episodes in order within its capacity and reports how old each one is.
+the buffer keeps episodes in order within its capacity (how old each one is, the loop reports:
+rlsvc/loop.py `staleness_mean`).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
 
+from rlsvc.episode import Episode
 
-@dataclass
-class Episode:
-    """One finished episode: its decisions as token sequences, and how it was scored."""
-
-    group_id: int
-    policy_version: int
-    prompts: list[list[int]] = field(default_factory=list)
-    """Prompt token ids of each decision (when `continued`: the tokens that turn added)."""
-    responses: list[list[int]] = field(default_factory=list)
-    """Sampled token ids of each decision."""
-    logprobs: list[list[float]] = field(default_factory=list)
-    """Behaviour (vLLM) logprob of each sampled token."""
-    texts: list[str] = field(default_factory=list)
-    """Decoded answers, for transcripts."""
-    observations: list[dict[str, Any]] = field(default_factory=list)
-    """The observation each decision was made from."""
-    env_return: float = 0.0
-    outcome: str | None = None
-    """'win' / 'push' / 'loss' (BlackJack), 'solved' / 'partial' / 'wrong' / 'turn_limit' /
-    'failed' (code), or 'invalid' / 'truncated'."""
-    invalid: bool = False
-    failed: bool = False
-    """The environment could not score it (its backend failed): its group is left out of training."""
-    reward: float = 0.0
-    """Filled by the reward step: what GRPO normalises."""
-    advantage: float = 0.0
-    continued: bool = False
-    """One token sequence (`rollout.context=episode`): each turn's prompt extends the previous
-    turns, so the episode trains as one row, prompts[0] + responses[0] + prompts[1] + ..."""
-
-    def sequence(self) -> list[int]:
-        """All tokens so far, in order, as vLLM received and sampled them."""
-        return [t for prompt, response in zip(self.prompts, self.responses) for t in (*prompt, *response)]
+__all__ = ["Episode", "ReplayBuffer"]  # Episode: where tasks and plug-ins import it from (rlsvc/task.py)
 
 
 class ReplayBuffer:
@@ -100,7 +68,3 @@ class ReplayBuffer:
     def restore(self, snap: dict) -> None:
         self._items = deque(snap["items"])
         self.dropped_full = snap["dropped_full"]
-
-    @staticmethod
-    def staleness(episodes: list[Episode], current_version: int) -> list[int]:
-        return [current_version - ep.policy_version for ep in episodes]

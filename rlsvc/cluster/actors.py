@@ -19,6 +19,7 @@ from rlsvc.heap import freeze_startup_heap
 if TYPE_CHECKING:
     import torch
 
+    from rlsvc.trainer.batch import TrainBatch
     from rlsvc.trainer.titan_trainer import TitanReference, TitanTrainer
 
 
@@ -224,8 +225,8 @@ class TrainerWorker(_WeightSyncEndpoint):
 
     # the plain trainer's endpoints (rlsvc/trainer/titan_trainer.py), one thin forward each;
     # callers go through rlsvc/cluster/groups.py (TrainerGroup, ReferenceModel)
-    def train_step(self, batch: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, float]:
-        return self.trainer.train_step(batch, **kwargs)
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        return self.trainer.train_step(batch)
 
     def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float:
         return self.trainer.sft_step(input_ids, loss_mask)

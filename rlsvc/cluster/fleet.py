@@ -12,7 +12,9 @@ from typing import Any
 
 import ray
 
-from rlsvc.rollout.runner import FailedObservation, RolloutWorkerLost
+from rlsvc.cluster.errors import actor_died
+from rlsvc.episode import FailedObservation
+from rlsvc.rollout.runner import RolloutWorkerLost
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,8 @@ class RayGenerator:
                 out += ray.get(ref)
             except ray.exceptions.RayActorError:
                 lost.append(i)
+            except ray.exceptions.RayError as err:  # an engine's own error: not a death to replace
+                raise actor_died(err) from err
         if lost:
             raise RolloutWorkerLost(lost)
         return out
@@ -148,6 +152,8 @@ class RayEnvFleet:
                 if streak >= self.max_consecutive_failures:
                     raise EnvActorGone(f"env actor {a} failed {streak} calls in a row (restarts used up?)") from e
                 return [LostEpisode() for _ in sessions]
+            except ray.exceptions.RayError as e:  # the env actor's own error (a bug), as before: for the job
+                raise actor_died(e) from e
 
     def reset(self, slots: list[int], seeds: list[int]) -> list[Any]:
         return self._fan_out("reset", slots, seeds)

@@ -2,11 +2,13 @@
 
 Each handle owns its fan-out: `TrainerGroup` splits a batch over the data-parallel ranks, calls
 every rank (FSDP collectives need all of them) and folds the answers back into one; the others
-wrap a single actor. The GRPO loop (rlsvc/loop.py) sees only these methods, so its unit tests
-pass in-process fakes with the same names (tests/unit/test_grpo_loop.py).
+wrap a single actor. The GRPO loop (rlsvc/loop.py) sees only these methods, as the Protocols of
+rlsvc/interfaces.py, so its unit tests pass in-process fakes with the same names
+(tests/unit/test_grpo_loop.py).
 
-Faults are Ray's, unchanged: a dead actor's `RayActorError` (or `ActorUnavailableError`)
-propagates out of these calls to the job's recovery (rlsvc/job.py); the reward and buffer actors
+Faults: every Ray failure of a call (a dead actor's `RayActorError`, `ActorUnavailableError`, a
+surviving rank's error) comes out of these calls as `ActorDied` (rlsvc/interfaces.py, through
+rlsvc/cluster/errors.py `get`), for the job's recovery (rlsvc/job.py); the reward and buffer actors
 are started with `max_task_retries` (cluster/placement.py), so Ray repeats their calls on a
 restarted actor underneath `RewardClient.score` and the `ReplayBufferClient` calls.
 """
@@ -17,11 +19,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-import ray
 import torch
 
-from rlsvc.buffer.replay import Episode, ReplayBuffer
-from rlsvc.trainer.batch import split_batch
+from rlsvc.buffer.replay import ReplayBuffer
+from rlsvc.cluster.errors import get
+from rlsvc.episode import Episode
+from rlsvc.trainer.batch import TrainBatch, split_rows
 
 if TYPE_CHECKING:
     from rlsvc.trainer.titan_trainer import TrainerSpec
@@ -34,38 +37,34 @@ class TrainerGroup:
     def __init__(self, ranks: list[Any]) -> None:
         self.ranks = ranks
 
-    @property
-    def world_size(self) -> int:
-        return len(self.ranks)
-
-    def _split(self, batch: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        return split_batch(batch, len(self.ranks))
+    def _split(self, rows: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+        return split_rows(rows, len(self.ranks))
 
     def setup(self, spec: TrainerSpec, init_hf_state_dict: dict | None = None) -> None:
         """Build the trainer on every rank from `spec`; ranks join one process group when there are several."""
-        rendezvous = ray.get(self.ranks[0].rendezvous_address.remote()) if len(self.ranks) > 1 else None
-        ray.get([t.setup.remote(spec, rendezvous, init_hf_state_dict) for t in self.ranks])
+        rendezvous = get(self.ranks[0].rendezvous_address.remote()) if len(self.ranks) > 1 else None
+        get([t.setup.remote(spec, rendezvous, init_hf_state_dict) for t in self.ranks])
 
     @contextmanager
     def threads(self, n: int) -> Iterator[None]:
         """Every rank computes with `n` threads inside the block, and as before after it."""
-        before = ray.get([t.set_threads.remote(n) for t in self.ranks])
+        before = get([t.set_threads.remote(n) for t in self.ranks])
         try:
             yield
         finally:
-            ray.get([t.set_threads.remote(b) for t, b in zip(self.ranks, before, strict=True)])
+            get([t.set_threads.remote(b) for t, b in zip(self.ranks, before, strict=True)])
 
     def sft_step(self, input_ids: torch.Tensor, loss_mask: torch.Tensor) -> float:
         """One supervised step on the batch, split over the ranks; rank 0's loss."""
         shards = self._split({"input_ids": input_ids, "loss_mask": loss_mask})
-        losses = ray.get([t.sft_step.remote(s["input_ids"], s["loss_mask"]) for t, s in zip(self.ranks, shards)])
+        losses = get([t.sft_step.remote(s["input_ids"], s["loss_mask"]) for t, s in zip(self.ranks, shards)])
         return float(losses[0])
 
-    def train_step(self, batch: dict[str, torch.Tensor], **kwargs: Any) -> dict[str, float]:
-        """One GRPO optimiser step on `batch`, split over the ranks; rank 0's metrics (the
-        trainer all-reduces them)."""
-        shards = self._split(batch)
-        return ray.get([t.train_step.remote(s, **kwargs) for t, s in zip(self.ranks, shards)])[0]  # type: ignore[no-any-return]
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One GRPO optimiser step on `batch` (the loss settings are the trainer's spec's), split
+        over the ranks; rank 0's metrics (the trainer all-reduces them)."""
+        shards = batch.split(len(self.ranks))
+        return get([t.train_step.remote(s) for t, s in zip(self.ranks, shards)])[0]  # type: ignore[no-any-return]
 
     def logprobs(
         self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
@@ -74,30 +73,28 @@ class TrainerGroup:
         batch with fewer rows than ranks goes whole to every rank (rank 0's answer). `lengths`:
         each row's tokens before its padding (positions past it come back 0)."""
         if input_ids.shape[0] < len(self.ranks):
-            return ray.get([t.logprobs.remote(input_ids, allowed_token_ids, lengths) for t in self.ranks])[0]  # type: ignore[no-any-return]
+            return get([t.logprobs.remote(input_ids, allowed_token_ids, lengths) for t in self.ranks])[0]  # type: ignore[no-any-return]
         rows = {"input_ids": input_ids} if lengths is None else {"input_ids": input_ids, "lengths": lengths}
         shards = self._split(rows)
-        return torch.cat(
-            ray.get([t.logprobs.remote(s["input_ids"], allowed_token_ids, s.get("lengths")) for t, s in zip(self.ranks, shards)])
-        )
+        return torch.cat(get([t.logprobs.remote(s["input_ids"], allowed_token_ids, s.get("lengths")) for t, s in zip(self.ranks, shards)]))
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """The full weights in Hugging Face layout (every rank takes part in the gather); rank 0's."""
-        return ray.get([t.hf_state_dict.remote() for t in self.ranks])[0]  # type: ignore[no-any-return]
+        return get([t.hf_state_dict.remote() for t in self.ranks])[0]  # type: ignore[no-any-return]
 
     def save_checkpoint(self, directory: str) -> None:
         """Model and optimiser, sharded: every rank writes its own shards."""
-        ray.get([t.save_checkpoint.remote(directory) for t in self.ranks])
+        get([t.save_checkpoint.remote(directory) for t in self.ranks])
 
     def load_checkpoint(self, directory: str) -> None:
-        ray.get([t.load_checkpoint.remote(directory) for t in self.ranks])
+        get([t.load_checkpoint.remote(directory) for t in self.ranks])
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
-        ray.get([t.load_hf_state_dict.remote(sd) for t in self.ranks])
+        get([t.load_hf_state_dict.remote(sd) for t in self.ranks])
 
     def parameter_checksum(self) -> float:
         """A scalar digest of the weights (every rank takes part); rank 0's."""
-        return ray.get([t.parameter_checksum.remote() for t in self.ranks])[0]  # type: ignore[no-any-return]
+        return get([t.parameter_checksum.remote() for t in self.ranks])[0]  # type: ignore[no-any-return]
 
 
 class ReferenceModel:
@@ -108,7 +105,7 @@ class ReferenceModel:
         self.actor = actor
 
     def setup(self, spec: TrainerSpec, hf_state_dict: dict | None) -> None:
-        ray.get(self.actor.setup_reference.remote(spec, hf_state_dict))
+        get(self.actor.setup_reference.remote(spec, hf_state_dict))
 
     def start_setup(self, spec: TrainerSpec) -> Callable[[dict], None]:
         """Build the reference now, without waiting, and return the call that gives it the
@@ -117,18 +114,18 @@ class ReferenceModel:
         building = self.actor.setup_reference.remote(spec, None)
 
         def load(hf_state_dict: dict) -> None:
-            ray.get(building)
-            ray.get(self.actor.load_reference.remote(hf_state_dict))
+            get(building)
+            get(self.actor.load_reference.remote(hf_state_dict))
 
         return load
 
     def logprobs(
         self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
     ) -> torch.Tensor:
-        return ray.get(self.actor.reference_logprobs.remote(input_ids, allowed_token_ids, lengths))  # type: ignore[no-any-return]
+        return get(self.actor.reference_logprobs.remote(input_ids, allowed_token_ids, lengths))  # type: ignore[no-any-return]
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
-        return ray.get(self.actor.reference_hf_state_dict.remote())  # type: ignore[no-any-return]
+        return get(self.actor.reference_hf_state_dict.remote())  # type: ignore[no-any-return]
 
 
 class ReplayBufferClient:
@@ -140,14 +137,14 @@ class ReplayBufferClient:
     def add_and_sample(self, episodes: list[Episode], n: int) -> tuple[int, list[Episode]]:
         """Add scored episodes and take the oldest `n`, in one round trip: (depth left, taken).
         Taken episodes that were just added do not travel back (`ReplayBuffer.add_and_take`)."""
-        depth, taken = ray.get(self.actor.add_and_take.remote(episodes, n))
+        depth, taken = get(self.actor.add_and_take.remote(episodes, n))
         return depth, ReplayBuffer.resolve(episodes, taken)
 
     def snapshot(self) -> dict:
-        return ray.get(self.actor.snapshot.remote())  # type: ignore[no-any-return]
+        return get(self.actor.snapshot.remote())  # type: ignore[no-any-return]
 
     def restore(self, snap: dict) -> int:
-        return ray.get(self.actor.restore.remote(snap))  # type: ignore[no-any-return]
+        return get(self.actor.restore.remote(snap))  # type: ignore[no-any-return]
 
 
 class RewardClient:
@@ -159,4 +156,4 @@ class RewardClient:
     def score(self, episodes: list[Episode]) -> list[float | None]:
         """One reward per episode (None: the reward function failed on it). The episodes stay
         with the caller; only the rewards come back."""
-        return ray.get(self.actor.score.remote(episodes))  # type: ignore[no-any-return]
+        return get(self.actor.score.remote(episodes))  # type: ignore[no-any-return]

@@ -12,10 +12,11 @@ from typing import Any
 import ray
 
 from rlsvc.cluster.actors import BufferWorker, EnvWorker, RewardWorker, RolloutWorker, TrainerWorker, with_env
+from rlsvc.cluster.errors import get, translated
 from rlsvc.cluster.fleet import RayEnvFleet, RayGenerator
 from rlsvc.cluster.groups import ReferenceModel, ReplayBufferClient, RewardClient, TrainerGroup
 from rlsvc.cluster.placement import Placement, Role, actor_name, reference_host
-from rlsvc.cluster.weight_sync.base import build_weight_sync
+from rlsvc.cluster.weight_sync import build_weight_sync
 from rlsvc.config import Config
 from rlsvc.rollout.spec import EngineSpec
 from rlsvc.weight_sync.base import WeightSync
@@ -38,7 +39,6 @@ class Services:
     buffer: Any
     generator: RayGenerator
     fleet: RayEnvFleet
-    extra: dict[str, Any] = field(default_factory=dict)
     names: list[str] = field(default_factory=list)
     make_rollout: Callable[[int], Any] | None = None
     """Starts rollout worker i (same name, placement and engine settings): replaces a dead one."""
@@ -79,8 +79,9 @@ class Services:
 
     def rewind_rollout(self, version: int) -> None:
         """Every rollout worker back to the weights it held at `version` (a checkpoint's)."""
-        ray.get([w.rewind.remote(version) for w in self.rollout])
+        get([w.rewind.remote(version) for w in self.rollout])
 
+    @translated
     def replace_rollout(self, index: int, timeout_s: float = 60.0) -> Any:
         """Start a new rollout worker in place of dead worker `index` (once Ray has released
         its name); it serves the initial weights until the caller syncs it."""
@@ -90,10 +91,12 @@ class Services:
         self.rollout[index] = self.make_rollout(index)  # type: ignore[misc]
         return self.rollout[index]
 
+    @translated
     def dead_rollout_workers(self, timeout_s: float = 30.0) -> list[int]:
         """Indices of rollout workers that are dead (or do not answer within `timeout_s`)."""
         return [i for i, w in enumerate(self.rollout) if not _alive(w, timeout_s, busy_is_alive=False)]
 
+    @translated
     def dead_policy_actors(self, timeout_s: float = 10.0) -> list[str]:
         """Names of the trainer ranks, reference and rollout workers that are dead. A rank busy
         in a collective does not answer either; only a definite death counts here."""
@@ -105,6 +108,7 @@ class Services:
         ]
         return [name for name, actor in named if not _alive(actor, timeout_s, busy_is_alive=True)]
 
+    @translated
     def restart_policy_group(self, timeout_s: float = 60.0) -> None:
         """Replace every trainer rank and the reference model: one dead rank leaves the others
         inside a collective that will never finish, so the whole group goes."""

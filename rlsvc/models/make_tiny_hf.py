@@ -175,11 +175,6 @@ def make_tiny_hf(family: str, out: str | Path, **overrides: Any) -> Path:
     return out
 
 
-def count_parameters(model: Any) -> int:
-    """Distinct parameters (tied embeddings counted once)."""
-    return sum(p.numel() for p in model.parameters())
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m rlsvc.models.make_tiny_hf", description=__doc__.split("\n\n")[0])
     p.add_argument("--family", required=True, help=f"one of {', '.join(FAMILIES)}")

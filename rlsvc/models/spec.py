@@ -16,7 +16,6 @@ import torch only inside their methods.
 from __future__ import annotations
 
 import functools
-import json
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -185,9 +184,3 @@ def model_spec(model_cfg: Any) -> ModelSpec:
     if model_cfg.source == "scratch":
         return ScratchModel(model_cfg.titan)
     return PretrainedModel(str(model_cfg.path), model_cfg.max_seq_len)
-
-
-def folder_meta(folder: Path) -> dict[str, Any]:
-    """What `rlsvc.train` wrote beside a checkpoint's weights (rlsvc.json), or {}."""
-    path = Path(folder) / "rlsvc.json"
-    return json.loads(path.read_text()) if path.is_file() else {}

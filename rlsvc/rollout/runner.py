@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rlsvc.buffer.replay import Episode
+from rlsvc.episode import Episode, FailedObservation
+
+__all__ = ["FailedObservation"]  # where the env fleets (rlsvc/envs/) import it from
 
 
 class RolloutWorkerLost(RuntimeError):
@@ -40,20 +42,6 @@ class EnvFleet(Protocol):
     def reset(self, slots: list[int], seeds: list[int]) -> list[Any]: ...
 
     def step(self, slots: list[int], actions: list[str]) -> list[Any]: ...
-
-
-@dataclass
-class FailedObservation:
-    """What an env fleet returns for a session it could not play on (the environment sent
-    something unreadable, its server or actor went away): the episode ends, `failed`, and its
-    group is left out of training; `outcome` says why."""
-
-    error: str = ""
-    outcome: str = "env_failed"
-    done: bool = True
-    reward: float = 0.0
-    failed: bool = True
-    metadata: dict = field(default_factory=dict)
 
 
 class PromptCodec(Protocol):

@@ -1,66 +1,84 @@
-"""Score one submission the way training does.
+"""`rlsvc tasks` (`python -m rlsvc.tasks`): the tasks `env.type` and `env.task` can select, with
+their options.
 
-    python -m rlsvc.tasks score --problem ID [--backend local|together] < solution.py
-
-Runs the solution against the problem's hidden tests in a fresh sandbox session (the local one by
-default; `together` uses Together's Code Interpreter, with TOGETHER_API_KEY and optionally
-`--together-base-url`) and prints one JSON object: problem, score (the fraction of tests
-passed: the reward an `answer` action earns before error penalties), passed, total, outcome
-(solved, partial, wrong) and error (the solution's own, or why no result could be read).
-`python -m rlsvc.tasks list` prints the problem ids.
+    python -m rlsvc.tasks [list]        the built-in tasks and the installed plug-ins (entry
+                                        points of group rlsvc.tasks), each with its options
+    python -m rlsvc.tasks score ...     the code environment's scorer (moved; kept working)
+    python -m rlsvc.tasks problems      the code environment's problem ids (was `list`)
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import importlib
+import inspect
 import sys
 
-from rlsvc.tasks.programming import load_problems, problem_by_id
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m rlsvc.tasks", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True)
-    score = sub.add_parser("score", help="score the solution on standard input against a problem's hidden tests")
-    score.add_argument("--problem", required=True, help="the problem's id (`python -m rlsvc.tasks list`)")
-    score.add_argument("--backend", choices=["local", "together"], default="local")
-    score.add_argument("--together-base-url", default=None, help="the Code Interpreter's URL (default: Together's)")
-    score.add_argument("--timeout-s", type=float, default=5.0, help="the run's time limit, as env.code.exec_timeout_s")
-    sub.add_parser("list", help="the programming problems' ids")
-    return ap
+SCORER = "rlsvc.tasks.scorer_cli"
+"""The module that scores a programming problem; `score` and `problems` are handed to it."""
+SCORER_COMMANDS = {"score": "score", "problems": "list"}
+"""Our command -> the scorer's own."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "list":
-        print("\n".join(p.id for p in load_problems()))
+    args = sys.argv[1:] if argv is None else list(argv)
+    if args and args[0] in SCORER_COMMANDS:
+        scorer = importlib.import_module(SCORER)
+        return int(scorer.main([SCORER_COMMANDS[args[0]], *args[1:]]) or 0)
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
         return 0
-    try:
-        problem = problem_by_id(args.problem)
-    except KeyError as e:
-        print(f"rlsvc.tasks: {e.args[0]}", file=sys.stderr)
+    if args not in ([], ["list"]):
+        print(f"rlsvc.tasks: unknown command {' '.join(args)!r} (commands: list, score, problems)", file=sys.stderr)
         return 2
-    from rlsvc.envs.code_interpreter import CodeEnvSettings, make_backend, score_solution
-
-    backend = make_backend(CodeEnvSettings(backend=args.backend, exec_timeout_s=args.timeout_s, together_base_url=args.together_base_url))
-    try:
-        score, _ = score_solution(backend, problem, sys.stdin.read())
-    except Exception as e:  # the backend, not the solution: no score
-        print(f"rlsvc.tasks: the {args.backend} backend failed: {type(e).__name__}: {e}"[:300], file=sys.stderr)
-        return 1
-    finally:
-        backend.close()
-    record = {
-        "problem": problem.id,
-        "score": score.fraction,
-        "passed": score.passed,
-        "total": score.total,
-        "outcome": score.outcome,
-        "error": score.error,
-    }
-    print(json.dumps(record))
+    print(listing())
     return 0
+
+
+def listing() -> str:
+    """One paragraph per installed task: how to select it, its factory, its options."""
+    from rlsvc.task import TaskError
+    from rlsvc.tasks.registry import installed, resolve
+
+    blocks = []
+    for t in installed():
+        select = f"env.type={t.name}" if t.source == "built-in" else f"env.task={t.name}"
+        try:
+            options = builtin_options(t.name) if t.source == "built-in" else factory_options(resolve(t.name))
+        except TaskError as e:  # an installed plug-in that does not load: say so, list the rest
+            options = [f"(does not load: {e})"]
+        blocks.append("\n".join([f"{t.name}  ({t.source}: {t.target}; select with {select})", *(f"    {o}" for o in options)]))
+    return "\n\n".join(blocks)
+
+
+def factory_options(factory: object) -> list[str]:
+    """`env.options.NAME` for each keyword the factory takes, with its default."""
+    try:
+        params = inspect.signature(factory).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ["(options not readable from the factory's signature)"]
+    shown = [
+        f"env.options.{p.name}" + ("" if p.default is p.empty else f" (default {p.default!r})")
+        for p in params
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
+    return shown or ["(no options)"]
+
+
+def builtin_options(env_type: str) -> list[str]:
+    """A built-in task's own settings: its config section's fields beyond those every task has."""
+    from pydantic import BaseModel
+
+    from rlsvc.config import BlackjackEnvConfig, CodeEnvConfig, EnvBase
+
+    section: type[BaseModel] = BlackjackEnvConfig if env_type == "blackjack" else CodeEnvConfig
+    defaults = section()
+    own = [name for name in section.model_fields if name not in EnvBase.model_fields and name != "type"]
+    return [
+        f"env.{name}.* (python -m rlsvc.train --help)"
+        if isinstance(getattr(defaults, name), BaseModel)
+        else f"env.{name} (default {getattr(defaults, name)!r})"
+        for name in own
+    ]
 
 
 if __name__ == "__main__":

@@ -35,12 +35,13 @@ def cluster_shape(resources: dict[str, float], num_nodes: int) -> str:
     return f"{num_nodes} node{'s' if num_nodes != 1 else ''}, {resources.get('CPU', 0):g} CPUs, {resources.get('GPU', 0):g} GPUs"
 
 
-def run_tags(cfg: Config, resources: dict[str, float], num_nodes: int) -> dict[str, str]:
+def run_tags(cfg: Config, resources: dict[str, float], num_nodes: int, task_name: str) -> dict[str, str]:
+    """The run's tags; `rlsvc.env` is the task's `name` (not the import path that selected it)."""
     return {
         "mlflow.source.git.commit": git_commit(),
         "rlsvc.config_hash": config_hash(cfg),
         "rlsvc.config_name": cfg.run.name,
-        "rlsvc.env": getattr(cfg.env, "task", cfg.env.type),
+        "rlsvc.env": task_name,
         "rlsvc.cluster_shape": cluster_shape(resources, num_nodes),
     }
 

@@ -8,15 +8,61 @@ tokens. Every row carries its episode's advantage. With `sequence` normalisation
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from rlsvc.buffer.replay import Episode
+from rlsvc.episode import Episode
 
 
-def build_batch(episodes: list[Episode], pad_id: int, normalization: str = "token") -> dict[str, torch.Tensor]:
+@dataclass
+class TrainBatch:
+    """The rows of one GRPO step, [N, T] each unless said otherwise: what `build_batch` writes, the
+    loop completes (`ref_logprobs`, `prox_logprobs`) and the trainer reads."""
+
+    input_ids: torch.Tensor
+    """Token ids, right-padded."""
+    loss_mask: torch.Tensor
+    """Float weights of the sampled tokens (0 elsewhere; with `sequence` normalisation each row's
+    are 1 / decisions in its episode)."""
+    old_logprobs: torch.Tensor
+    """vLLM's (the behaviour policy's) logprob of each sampled token."""
+    advantages: torch.Tensor
+    """[N]: each row's episode advantage."""
+    lengths: torch.Tensor
+    """[N]: each row's tokens before its padding."""
+    ref_logprobs: torch.Tensor | None = None
+    """The frozen reference's logprobs, for the KL term (None without a reference)."""
+    prox_logprobs: torch.Tensor | None = None
+    """The trainer's own logprobs before the step (the proximal policy, with `grpo.tis_cap`)."""
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The fields that are set, by name."""
+        return {f.name: v for f in dataclasses.fields(self) if (v := getattr(self, f.name)) is not None}
+
+    def rows(self, index: torch.Tensor | slice, width: int | None = None) -> TrainBatch:
+        """The rows at `index`, [N, T] fields cut to `width` columns (all of them: None)."""
+        cols = slice(None, width)
+        return TrainBatch(**{k: v[index, cols] if v.dim() == 2 else v[index] for k, v in self.tensors().items()})
+
+    def to(self, device: torch.device) -> TrainBatch:
+        """The tensors on `device`, but `lengths`, which stay on the host (packing reads them there)."""
+        moved = {k: v if k == "lengths" else v.to(device) for k, v in self.tensors().items()}
+        return TrainBatch(**moved)
+
+    def split(self, parts: int) -> list[TrainBatch]:
+        """`parts` contiguous slices of the rows (data-parallel ranks or minibatches)."""
+        bounds = _bounds(len(self), parts)
+        return [self.rows(slice(bounds[i], bounds[i + 1])) for i in range(parts)]
+
+
+def build_batch(episodes: list[Episode], pad_id: int, normalization: str = "token") -> TrainBatch:
     # Rows are gathered as flat lists and scattered into the padded tensors with one numpy
     # assignment per tensor: a batch of 512 BlackJack episodes is ~800 rows, and per-row tensor
     # writes cost the driver's GIL about 12 ms a batch (measured with py-spy, asynchronous job).
@@ -52,13 +98,13 @@ def build_batch(episodes: list[Episode], pad_id: int, normalization: str = "toke
     loss_mask[where] = np.repeat(np.fromiter((w for *_, w in spans), dtype=np.float32, count=len(spans)), span_lengths)
     old_logprobs = np.zeros((n, width), dtype=np.float32)
     old_logprobs[where] = list(itertools.chain.from_iterable(lps for _, _, lps, _ in spans))
-    return {
-        "input_ids": torch.from_numpy(input_ids),
-        "loss_mask": torch.from_numpy(loss_mask),
-        "old_logprobs": torch.from_numpy(old_logprobs),
-        "advantages": torch.tensor(advantages, dtype=torch.float32),
-        "lengths": torch.from_numpy(lengths),  # before the padding
-    }
+    return TrainBatch(
+        input_ids=torch.from_numpy(input_ids),
+        loss_mask=torch.from_numpy(loss_mask),
+        old_logprobs=torch.from_numpy(old_logprobs),
+        advantages=torch.tensor(advantages, dtype=torch.float32),
+        lengths=torch.from_numpy(lengths),
+    )
 
 
 def _rows(lengths: np.ndarray) -> np.ndarray:
@@ -72,8 +118,11 @@ def _columns(lengths: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.arange(int(ends[-1]) if len(ends) else 0) - np.repeat(ends - lengths - starts, lengths)
 
 
-def split_batch(batch: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:
-    """Split rows into `parts` contiguous slices (data-parallel ranks or minibatches)."""
-    n = batch["input_ids"].shape[0]
-    bounds = [round(i * n / parts) for i in range(parts + 1)]
-    return [{k: v[bounds[i] : bounds[i + 1]] for k, v in batch.items()} for i in range(parts)]
+def _bounds(n: int, parts: int) -> list[int]:
+    return [round(i * n / parts) for i in range(parts + 1)]
+
+
+def split_rows(rows: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:
+    """Tensors of the same rows (a supervised batch, rows to score) in `parts` contiguous slices."""
+    bounds = _bounds(len(next(iter(rows.values()))), parts)
+    return [{k: v[bounds[i] : bounds[i + 1]] for k, v in rows.items()} for i in range(parts)]

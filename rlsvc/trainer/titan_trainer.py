@@ -21,17 +21,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlsvc.algo.grpo import Normalization, k3_kl, masked_reduce, policy_loss, token_logprobs
-from rlsvc.config import TrainerConfig
+from rlsvc.algo.grpo import LossSettings, Normalization, k3_kl, masked_reduce, policy_loss, token_logprobs
+from rlsvc.config import Config, TrainerConfig
 from rlsvc.models.spec import ModelSpec, as_spec
 from rlsvc.models.titan import ModelConfig, autocast, compute_dtype, forward, pick_device
+from rlsvc.trainer.batch import TrainBatch
 
 METRIC_KEYS = ("loss", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "mismatch_sum", "tokens")
 
@@ -182,9 +184,12 @@ class TitanTrainer(_PolicyBase):
         param_dtype: str = "auto",
         micro_batch_tokens: int = MICRO_BATCH_TOKENS,
         share_prefixes: bool = True,
+        loss: LossSettings | None = None,
     ) -> None:
         self.spec = as_spec(model)
         self.micro_batch_tokens, self.share_prefixes = micro_batch_tokens, share_prefixes
+        self.loss = loss if loss is not None else LossSettings()
+        """The policy loss's settings, for every step (`TrainerSpec.loss`)."""
         self.rank, self.world_size = rank, world_size
         self.max_grad_norm = max_grad_norm
         self.device = pick_device(device)
@@ -253,35 +258,25 @@ class TitanTrainer(_PolicyBase):
 
     # ---- training -----------------------------------------------------------------------------
 
-    def train_step(
-        self,
-        batch: dict[str, torch.Tensor],
-        *,
-        clip_eps: float = 0.2,
-        clip_eps_high: float | None = None,
-        kl_coef: float = 0.0,
-        normalization: Normalization = "token",
-        allowed_token_ids: list[int] | None = None,
-        tis_cap: float | None = None,
-    ) -> dict[str, float]:
-        """One GRPO optimiser step on this rank's slice of the global batch; metrics are global.
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One GRPO optimiser step on this rank's slice of the global batch, with the loss
+        settings of `self.loss`; metrics are global.
 
-        `batch["old_logprobs"]` are vLLM's (the behaviour policy). With `tis_cap`, the ratio is
-        clipped against `batch["prox_logprobs"]` (the trainer's before this step) and tokens are
+        `batch.old_logprobs` are vLLM's (the behaviour policy). With `tis_cap`, the ratio is
+        clipped against `batch.prox_logprobs` (the trainer's before this step) and tokens are
         weighted by the truncated ratio prox / behaviour (see `policy_loss`)."""
         t0 = time.perf_counter()
-        mask_all = batch["loss_mask"].to(torch.float32)
-        denominator = self._global_denominator(mask_all.to(self.device), normalization)
-        n, width = batch["input_ids"].shape
-        lengths = batch["lengths"].cpu() if "lengths" in batch else torch.full((n,), width)
+        normalization = self.loss.normalization
+        denominator = self._global_denominator(batch.loss_mask.to(torch.float32).to(self.device), normalization)
+        lengths = batch.lengths.cpu()
+        batch = replace(batch, lengths=lengths)
         self.model.train()
         local = torch.zeros(len(METRIC_KEYS), dtype=torch.float64)
         for rows, w, filler in self._micro_batches(lengths):
-            part = {k: (v[rows, :w] if v.dim() == 2 else v[rows]).to(self.device) for k, v in batch.items() if k != "lengths"}
-            part["lengths"] = lengths[rows]
+            part = batch.rows(rows, w).to(self.device)
             if filler:  # keeps this rank's collectives in step with the others; adds nothing
-                part["loss_mask"] = torch.zeros_like(part["loss_mask"])
-            local += self._accumulate(part, denominator, clip_eps, clip_eps_high, kl_coef, normalization, allowed_token_ids, tis_cap)
+                part.loss_mask = torch.zeros_like(part.loss_mask)
+            local += self._accumulate(part, denominator)
         grad_norm, applied = self._step_optimizer()
 
         totals = dict(zip(METRIC_KEYS, self._all_sum(local).tolist(), strict=True))
@@ -292,43 +287,25 @@ class TitanTrainer(_PolicyBase):
         totals["time/train_compute_s"] = time.perf_counter() - t0
         return totals
 
-    def _accumulate(
-        self,
-        b: dict[str, torch.Tensor],
-        denominator: float,
-        clip_eps: float,
-        clip_eps_high: float | None,
-        kl_coef: float,
-        normalization: Normalization,
-        allowed_token_ids: list[int] | None,
-        tis_cap: float | None,
-    ) -> torch.Tensor:
+    def _accumulate(self, b: TrainBatch, denominator: float) -> torch.Tensor:
         """Forward and backward of one micro-batch; gradients accumulate. Every sum is divided by
         the GLOBAL denominator, so the micro-batches add up to the full batch's loss and metrics."""
-        ids, mask = b["input_ids"], b["loss_mask"].to(torch.float32)
-        old = _response_only(b["old_logprobs"].to(torch.float32), mask)
+        settings = self.loss
+        ids, mask = b.input_ids, b.loss_mask.to(torch.float32)
+        old = _response_only(b.old_logprobs.to(torch.float32), mask)
         behaviour = old
-        if tis_cap is not None:
-            old = _response_only(b["prox_logprobs"].to(torch.float32), mask)
-        ref = _response_only(b["ref_logprobs"].to(torch.float32), mask) if "ref_logprobs" in b else None
-        logprobs, entropy = token_logprobs(self._forward(ids, b.get("lengths")), ids, allowed_token_ids)
+        if settings.tis_cap is not None:
+            if b.prox_logprobs is None:
+                raise ValueError("grpo.tis_cap needs the batch's prox_logprobs (the trainer's own before the step)")
+            old = _response_only(b.prox_logprobs.to(torch.float32), mask)
+        ref = _response_only(b.ref_logprobs.to(torch.float32), mask) if b.ref_logprobs is not None else None
+        logprobs, entropy = token_logprobs(self._forward(ids, b.lengths), ids, settings.allowed_token_ids)
         logprobs = _response_only(logprobs, mask)
         loss, stats = policy_loss(
-            logprobs,
-            old,
-            b["advantages"],
-            mask,
-            clip_eps=clip_eps,
-            clip_eps_high=clip_eps_high,
-            kl_coef=kl_coef,
-            ref_logprobs=ref,
-            normalization=normalization,
-            denominator=denominator,
-            behaviour_logprobs=behaviour,
-            tis_cap=tis_cap,
+            logprobs, old, b.advantages, mask, settings, ref_logprobs=ref, denominator=denominator, behaviour_logprobs=behaviour
         )
         loss.backward()
-        return self._local_metrics(loss, stats, logprobs, entropy, behaviour, ref, mask, normalization, denominator)
+        return self._local_metrics(loss, stats, logprobs, entropy, behaviour, ref, mask, settings.normalization, denominator)
 
     def _local_metrics(
         self,
@@ -465,6 +442,15 @@ class TrainerSpec:
     model: ModelSpec
     trainer: TrainerConfig
     seed: int
+    loss: LossSettings = field(default_factory=LossSettings)
+    """The policy loss's settings for every step (a job's: `from_config`); the default is the
+    loss's own (clip 0.2, no KL term, on-policy), for specs that never train with GRPO."""
+
+    @classmethod
+    def from_config(cls, model: ModelSpec, cfg: Config, allowed_token_ids: Sequence[int] | None) -> TrainerSpec:
+        """A job's spec: its `trainer` section, seed and `grpo` loss settings; `allowed_token_ids`:
+        the tokens vLLM samples from under `rollout.constrained_actions` (None: all)."""
+        return cls(model, cfg.trainer, cfg.run.seed, LossSettings.from_config(cfg.grpo, allowed_token_ids))
 
     def build(
         self,
@@ -488,6 +474,7 @@ class TrainerSpec:
             init_hf_state_dict=init_hf_state_dict,
             micro_batch_tokens=t.micro_batch_tokens,
             share_prefixes=t.share_prefixes,
+            loss=self.loss,
         )
 
     def build_reference(self, hf_state_dict: dict[str, torch.Tensor] | None = None) -> TitanReference:

@@ -34,6 +34,7 @@ def test_actors_stop_while_the_saved_policy_is_evaluated(tmp_path):
         "-m",
         "rlsvc.train",
         "env.task=stop_probe:make",
+        "model.titan.tokenizer=blackjack",  # the probe plays BlackJack (a plug-in's default tokenizer is bytes)
         "run.steps=2",
         "eval.every_steps=1",
         "eval.episodes=1000",

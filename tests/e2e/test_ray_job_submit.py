@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from deploy_shapes import parse_resources_param, render_kustomize
 
 from rlsvc.cluster.placement import GPU_GROUP_ROLES, ROLES, actor_name, planned
-from rlsvc.cluster.shapes import parse_resources_param, render_kustomize
 from rlsvc.config import load_config
 
 pytestmark = pytest.mark.e2e

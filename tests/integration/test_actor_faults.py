@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from rlsvc.buffer.replay import Episode
 from rlsvc.cluster.fleet import LostEpisode, RayEnvFleet
 from rlsvc.cluster.placement import planned
 from rlsvc.config import load_config
+from rlsvc.episode import Episode
 
 pytestmark = pytest.mark.integration
 SESSIONS = 4

@@ -41,7 +41,7 @@ def services(ray_cluster, tmp_path_factory):
     from rlsvc.rollout.spec import EngineSpec
 
     svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))
-    setup_trainers(cfg, svc, model)
+    setup_trainers(cfg, svc, model, None)  # the engines sample every token, as the loop's config says
     yield cfg, svc, BlackjackCodec(tokenizer), model
     svc.stop()
 
@@ -85,7 +85,7 @@ def test_a_rollout_worker_lost_under_the_producer_is_recovered_from_the_checkpoi
     import ray
 
     from rlsvc.async_loop import AsyncGRPOLoop
-    from rlsvc.cluster.errors import ActorDied
+    from rlsvc.interfaces import ActorDied
     from rlsvc.job import setup_trainers
     from rlsvc.recovery import recover
     from rlsvc.rollout.runner import RolloutWorkerLost
@@ -105,7 +105,7 @@ def test_a_rollout_worker_lost_under_the_producer_is_recovered_from_the_checkpoi
         with pytest.raises((RolloutWorkerLost, ActorDied)):
             for step in range(21, 25):  # the producer plays a batch ahead: it may have one in hand
                 loop.step(step)
-        step, _ = recover(loop, tmp_path, lambda: setup_trainers(cfg, svc, model))
+        step, _ = recover(loop, tmp_path, lambda: setup_trainers(cfg, svc, model, None))
         assert step == 21 and loop.version == 21 and loop.producer is None
         assert svc.rollout[0] is not old and svc.dead_policy_actors() == []
         assert svc.trainer_group.parameter_checksum() == checksum

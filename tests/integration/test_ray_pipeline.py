@@ -42,7 +42,7 @@ def job(ray_cluster, tmp_path_factory):
     from rlsvc.rollout.spec import EngineSpec
 
     svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))
-    setup = setup_trainers(cfg, svc, model)
+    setup = setup_trainers(cfg, svc, model, None)  # the engines sample every token, as the loop's config says
     loop = GRPOLoop(cfg, svc, codec)
     yield cfg, svc, loop, setup, ray
     svc.stop()
@@ -148,7 +148,7 @@ def test_a_dead_trainer_rank_restarts_the_group_from_the_checkpoint(job, tmp_pat
     while (dead := svc.dead_policy_actors()) != ["rlsvc-trainer-1"] and time.time() < deadline:
         time.sleep(0.2)
     assert dead == ["rlsvc-trainer-1"]
-    step, best = recover(loop, tmp_path, lambda: setup_trainers(cfg, svc, setup.model))
+    step, best = recover(loop, tmp_path, lambda: setup_trainers(cfg, svc, setup.model, None))
     assert step == 7 and best is None and loop.version == saved_version
     assert all(new is not o for new, o in zip(svc.trainers, old)) and svc.dead_policy_actors() == []
     assert svc.trainer_group.parameter_checksum() == checksum  # the checkpoint's weights, on both new ranks

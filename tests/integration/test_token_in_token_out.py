@@ -91,12 +91,12 @@ def check_episodes(episodes, recording, trainer, codec) -> tuple[int, float]:
             turns += 1
         assert len(sequence) <= MAX_SEQ_LEN
         batch = build_batch([ep], PAD_ID)
-        (row,) = batch["input_ids"]
-        mask = batch["loss_mask"][0] > 0
+        (row,) = batch.input_ids
+        mask = batch.loss_mask[0] > 0
         assert row[: len(sequence)].tolist() == sequence  # one row: the whole episode
         assert row[mask].tolist() == [tok for r in ep.responses for tok in r]  # loss on sampled tokens only
-        trainer_lp = trainer.logprobs(batch["input_ids"])[0][mask]
-        vllm_lp = batch["old_logprobs"][0][mask]
+        trainer_lp = trainer.logprobs(batch.input_ids)[0][mask]
+        vllm_lp = batch.old_logprobs[0][mask]
         assert torch.allclose(trainer_lp, vllm_lp, atol=2e-4), (trainer_lp - vllm_lp).abs().max()
         worst = max(worst, float((trainer_lp - vllm_lp).abs().max()))
     return turns, worst

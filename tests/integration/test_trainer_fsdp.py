@@ -14,33 +14,39 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlsvc.algo.grpo import LossSettings
+from rlsvc.trainer.batch import TrainBatch
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORLD_SIZE = 2
 N, T = 8, 12
 LR = 1e-2
 
 
-def make_global_batch() -> dict[str, torch.Tensor]:
+def make_global_batch() -> TrainBatch:
     """Uneven response lengths, so the GLOBAL token count differs from either half's."""
     g = torch.Generator().manual_seed(123)
     ids = torch.randint(3, 45, (N, T), generator=g)
     mask = torch.zeros(N, T)
     for n in range(N):
         mask[n, 6 + n % 5 :] = 1.0
-    return {
-        "input_ids": ids,
-        "loss_mask": mask,
-        "old_logprobs": -torch.rand(N, T, generator=g) * 3.0,
-        "ref_logprobs": -torch.rand(N, T, generator=g) * 3.0,
-        "advantages": torch.randn(N, generator=g),
-    }
+    return TrainBatch(
+        input_ids=ids,
+        loss_mask=mask,
+        old_logprobs=-torch.rand(N, T, generator=g) * 3.0,
+        ref_logprobs=-torch.rand(N, T, generator=g) * 3.0,
+        advantages=torch.randn(N, generator=g),
+        lengths=torch.full((N,), T),
+    )
 
 
-def run_steps(trainer, batch: dict[str, torch.Tensor]) -> dict:
+def run_steps(trainer, batch: TrainBatch) -> dict:
     """The same two steps on every rank count: GRPO (token norm, KL on), then GRPO (sequence norm)."""
-    m1 = trainer.train_step(batch, kl_coef=0.1, normalization="token")
+    trainer.loss = LossSettings(kl_coef=0.1, normalization="token")
+    m1 = trainer.train_step(batch)
     sd1 = trainer.hf_state_dict()
-    m2 = trainer.train_step(batch, normalization="sequence", clip_eps_high=0.3)
+    trainer.loss = LossSettings(normalization="sequence", clip_eps_high=0.3)
+    m2 = trainer.train_step(batch)
     sd2 = trainer.hf_state_dict()
     checksum = trainer.parameter_checksum()
     trainer.load_hf_state_dict(other_weights())
@@ -62,7 +68,7 @@ def _worker(rank: int, init_method: str, out_path: str) -> None:
     torch.set_num_threads(1)
     trainer = TitanTrainer(ModelConfig(), lr=LR, seed=0, rank=rank, world_size=WORLD_SIZE, dist_init_method=init_method, device="cpu")
     half = N // WORLD_SIZE
-    local = {k: v[rank * half : (rank + 1) * half] for k, v in make_global_batch().items()}
+    local = make_global_batch().rows(slice(rank * half, (rank + 1) * half))
     result = run_steps(trainer, local)
     trainer.close()
     torch.save(result, out_path)

@@ -74,7 +74,7 @@ def assert_serving_trainer_weights(trainers, workers, version: int) -> None:
 
 @pytest.mark.parametrize("kind", ["auto", "ray", "shm", "broadcast", "monarch", "torchstore"])
 def test_transport_delivers_the_trainers_weights(fleet, kind) -> None:
-    from rlsvc.cluster.weight_sync.base import build_weight_sync
+    from rlsvc.cluster.weight_sync import build_weight_sync
     from rlsvc.weight_sync.base import unavailable_reason
 
     trainers, workers = fleet
@@ -122,7 +122,7 @@ def test_transport_delivers_the_trainers_weights(fleet, kind) -> None:
 def test_a_worker_that_missed_versions_jumps_to_the_latest(fleet) -> None:
     import ray
 
-    from rlsvc.cluster.weight_sync.base import build_weight_sync
+    from rlsvc.cluster.weight_sync import build_weight_sync
 
     trainers, workers = fleet
     only_first = build_weight_sync("ray", trainers, workers[:1], bucket_mb=1)

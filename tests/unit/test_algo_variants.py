@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rlsvc.algo.grpo import group_advantages, policy_loss
+from rlsvc.algo.grpo import LossSettings, group_advantages, policy_loss
 from rlsvc.algo.variants import (
     DynamicBatch,
     dr_grpo_advantages,
@@ -39,7 +39,7 @@ def test_dr_grpo_loss_sums_tokens_over_a_constant_budget():
     assert loss.item() == pytest.approx(2 / 8) and dr_grpo_denominator(2, 4) == 8.0
     # GRPO's token mean gives 2 / 4 and its per-sequence mean (-1 + 1) / 2 = 0: the length bias
     assert policy_loss(lp, lp, adv, mask)[0].item() == pytest.approx(0.5)
-    assert policy_loss(lp, lp, adv, mask, normalization="sequence")[0].item() == pytest.approx(0.0)
+    assert policy_loss(lp, lp, adv, mask, LossSettings(normalization="sequence"))[0].item() == pytest.approx(0.0)
     global_n, _ = dr_grpo_loss(lp, lp, adv, mask, max_response_tokens=4, num_sequences=8)  # data parallel
     assert global_n.item() == pytest.approx(2 / 32) and stats["clip_frac"].item() == 0.0
 

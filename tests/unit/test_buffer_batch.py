@@ -3,12 +3,13 @@ import pickle
 import pytest
 import torch
 
-from rlsvc.buffer.replay import Episode, ReplayBuffer
+from rlsvc.buffer.replay import ReplayBuffer
+from rlsvc.episode import Episode
 from rlsvc.loop import assign_advantages, deal_seed, drop_failed_groups, episode_metrics
 from rlsvc.models.tokenizer import build_tokenizer
 from rlsvc.policy_io import BlackjackCodec, CodeCodec
 from rlsvc.rewards.blackjack import blackjack_rubric
-from rlsvc.trainer.batch import build_batch, split_batch
+from rlsvc.trainer.batch import build_batch
 
 
 def _ep(version: int, group: int = 0, reward: float = 0.0, n: int = 1) -> Episode:
@@ -23,13 +24,12 @@ def _ep(version: int, group: int = 0, reward: float = 0.0, n: int = 1) -> Episod
 
 def test_buffer_is_fifo_within_its_capacity():
     """Staleness is the asynchronous producer's gate (tests/unit/test_staleness_gate.py), not
-    the buffer's: it keeps order and capacity, and says how old each episode is."""
+    the buffer's: it keeps order and capacity."""
     buf = ReplayBuffer(capacity=3)
     buf.add([_ep(0), _ep(1), _ep(2), _ep(2)])
     assert len(buf) == 3 and buf.dropped_full == 1
     got = buf.sample(2)
     assert [e.policy_version for e in got] == [1, 2] and len(buf) == 1
-    assert buf.staleness(got, 2) == [1, 0]
     snap = buf.snapshot()
     other = ReplayBuffer(capacity=3)
     other.restore(snap)
@@ -75,24 +75,26 @@ def test_build_batch_masks_and_sequence_weights():
     a, b = _ep(0, n=2), _ep(0, n=1)
     a.advantage, b.advantage = 0.5, -1.0
     batch = build_batch([a, b], pad_id=0, normalization="token")
-    assert batch["input_ids"].shape == (3, 4)
-    assert batch["loss_mask"].tolist() == [[0, 0, 0, 1]] * 3
-    assert batch["advantages"].tolist() == [0.5, 0.5, -1.0]
-    assert batch["old_logprobs"][0, 3].item() == -0.5
+    assert batch.input_ids.shape == (3, 4)
+    assert batch.loss_mask.tolist() == [[0, 0, 0, 1]] * 3
+    assert batch.advantages.tolist() == [0.5, 0.5, -1.0]
+    assert batch.old_logprobs[0, 3].item() == -0.5
     seq = build_batch([a, b], pad_id=0, normalization="sequence")
-    assert seq["loss_mask"][:, 3].tolist() == [0.5, 0.5, 1.0]  # each episode sums to 1
+    assert seq.loss_mask[:, 3].tolist() == [0.5, 0.5, 1.0]  # each episode sums to 1
     cont = Episode(group_id=0, policy_version=0, continued=True, advantage=2.0)
     cont.prompts, cont.responses, cont.logprobs = [[1, 5], [7]], [[11, 12], [13]], [[-0.1, -0.2], [-0.3]]
     mixed = build_batch([cont, b], pad_id=0)
-    assert mixed["input_ids"].tolist() == [[1, 5, 11, 12, 7, 13], [1, 5, 6, 11, 0, 0]]
-    assert mixed["loss_mask"].tolist() == [[0, 0, 1, 1, 0, 1], [0, 0, 0, 1, 0, 0]]
-    assert torch.allclose(mixed["old_logprobs"][0], torch.tensor([0, 0, -0.1, -0.2, 0, -0.3]))
-    assert mixed["lengths"].tolist() == [6, 4] and mixed["advantages"].tolist() == [2.0, -1.0]
-    assert mixed["input_ids"].dtype == torch.long and mixed["loss_mask"].dtype == torch.float32
-    parts = split_batch(batch, 2)
-    assert [p["input_ids"].shape[0] for p in parts] == [2, 1] and torch.equal(
-        torch.cat([p["advantages"] for p in parts]), batch["advantages"]
-    )
+    assert mixed.input_ids.tolist() == [[1, 5, 11, 12, 7, 13], [1, 5, 6, 11, 0, 0]]
+    assert mixed.loss_mask.tolist() == [[0, 0, 1, 1, 0, 1], [0, 0, 0, 1, 0, 0]]
+    assert torch.allclose(mixed.old_logprobs[0], torch.tensor([0, 0, -0.1, -0.2, 0, -0.3]))
+    assert mixed.lengths.tolist() == [6, 4] and mixed.advantages.tolist() == [2.0, -1.0]
+    assert mixed.input_ids.dtype == torch.long and mixed.loss_mask.dtype == torch.float32
+    parts = batch.split(2)
+    assert [len(p) for p in parts] == [2, 1] and torch.equal(torch.cat([p.advantages for p in parts]), batch.advantages)
+    assert torch.equal(torch.cat([p.lengths for p in parts]), batch.lengths) and parts[0].ref_logprobs is None
+    cut = batch.rows(torch.tensor([2, 0]), width=3)
+    assert cut.input_ids.tolist() == [batch.input_ids[2, :3].tolist(), batch.input_ids[0, :3].tolist()]
+    assert cut.advantages.tolist() == [-1.0, 0.5] and cut.lengths.tolist() == [4, 4]
 
 
 def test_groups_with_a_failed_episode_are_left_out():

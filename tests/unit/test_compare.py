@@ -118,3 +118,54 @@ def test_a_local_sqlite_store_keeps_its_artifacts_beside_the_database(tmp_path: 
     t.finish()
     (kept,) = store.glob("mlruns/**/note.txt")
     assert kept.read_text() == "kept with its store" and not (elsewhere / "mlruns").exists()
+
+
+PLUGIN_WITH_REFERENCES = """
+from rlsvc.task import Task
+
+
+class Nim(Task):
+    name = "nim"
+
+    def __init__(self, stones, piles=1):  # no default for stones: rebuilt only with the logged options
+        self.stones, self.piles = stones, piles
+
+    def env_spec(self):
+        raise AssertionError("not served here")
+
+    def render(self, observation):
+        return ""
+
+    def parse(self, text):
+        return None
+
+    def reference_returns(self, episodes, seed):
+        return {"optimal": self.stones / 100, "random": -self.piles / 10}
+"""
+
+
+def test_a_plugin_tasks_reference_lines_are_rebuilt_from_its_logged_options(tmp_path: Path, monkeypatch, capsys):
+    """env.options is logged (one JSON param, as the job logs the config), so compare rebuilds a
+    plug-in task with them; a task that cannot be rebuilt says why instead of vanishing."""
+    from mlflow.tracking import MlflowClient
+
+    from rlsvc.compare import load_runs, reference_lines
+    from rlsvc.config import flatten, load_config
+
+    (tmp_path / "nim_task.py").write_text(PLUGIN_WITH_REFERENCES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cfg = load_config(None, ["env.task=nim_task:Nim", "env.options={stones: 11, piles: 2}", "eval.val_episodes=100"])
+    params = flatten(cfg.model_dump(mode="json"))
+    assert params["env.options"] == '{"piles": 2, "stones": 11}'
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    t = MlflowTracker(uri, "nim", "a")
+    t.log_params(params)
+    t.log_metrics({"return_mean": 0.1}, step=1)
+    t.finish()
+    client = MlflowClient(uri)
+    runs = load_runs(client, client.get_experiment_by_name("nim").experiment_id, 10)
+    assert reference_lines(runs) == {"optimal": 0.11, "random": -0.2}
+    runs[0]["params"]["env.task"] = "nim_task:Gone"
+    capsys.readouterr()
+    assert reference_lines(runs) == {}
+    assert capsys.readouterr().err == "rlsvc.compare: no reference lines: env.task: nim_task has no attribute Gone\n"

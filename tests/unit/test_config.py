@@ -148,5 +148,5 @@ def test_run_tags_identify_code_config_and_cluster():
     assert config_hash(a) != config_hash(load_config(None, ["grpo.kl_coef=0.1"]))
     assert len(git_commit(REPO)) == 40 and git_commit(Path("/")) == "unknown"
     assert cluster_shape({"CPU": 6.0, "rlsvc_gpu_node": 1.0}, 3) == "3 nodes, 6 CPUs, 0 GPUs"
-    tags = run_tags(a, {"CPU": 8.0}, 1)
+    tags = run_tags(a, {"CPU": 8.0}, 1, "blackjack")
     assert tags["rlsvc.config_name"] == "a" and tags["rlsvc.env"] == "blackjack" and tags["rlsvc.cluster_shape"] == "1 node, 8 CPUs, 0 GPUs"

@@ -16,9 +16,9 @@ import jsonschema
 import pytest
 import yaml
 from conftest import load_script
+from deploy_shapes import launcher_groups, nodes, parse_resources_param, raycluster_groups, render_kustomize
 
 from rlsvc.cluster.placement import GPU_GROUP_ROLES, group_demand, pack, planned
-from rlsvc.cluster.shapes import launcher_groups, nodes, parse_resources_param, raycluster_groups, render_kustomize
 from rlsvc.config import Config, load_config
 
 REPO = Path(__file__).resolve().parents[2]

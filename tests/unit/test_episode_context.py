@@ -13,7 +13,7 @@ from conftest import RulesFleet
 from rlsvc.models.tokenizer import PAD_ID, build_tokenizer
 from rlsvc.policy_io import BlackjackCodec
 from rlsvc.rollout.runner import RolloutRunner
-from rlsvc.trainer.batch import build_batch
+from rlsvc.trainer.batch import TrainBatch, build_batch
 
 
 class Recorded:
@@ -50,13 +50,13 @@ def test_each_turn_extends_the_sampled_sequence_and_trains_as_one_row():
             sequence += added + response
         assert ep.sequence() == sequence
     batch = build_batch(episodes, PAD_ID)
-    assert batch["input_ids"].shape[0] == len(episodes)  # one row per episode, not per decision
+    assert batch.input_ids.shape[0] == len(episodes)  # one row per episode, not per decision
     for i, ep in enumerate(episodes):
-        row, mask = batch["input_ids"][i], batch["loss_mask"][i] > 0
-        assert int(batch["lengths"][i]) == len(ep.sequence())
+        row, mask = batch.input_ids[i], batch.loss_mask[i] > 0
+        assert int(batch.lengths[i]) == len(ep.sequence())
         assert row[: len(ep.sequence())].tolist() == ep.sequence()
         assert row[mask].tolist() == [t for r in ep.responses for t in r]
-        assert torch.equal(batch["old_logprobs"][i][mask], torch.tensor([x for lp in ep.logprobs for x in lp]))
+        assert torch.equal(batch.old_logprobs[i][mask], torch.tensor([x for lp in ep.logprobs for x in lp]))
 
 
 def test_an_episode_without_room_to_answer_is_cut_and_counted():
@@ -80,13 +80,13 @@ def test_micro_batches_make_the_same_step_as_one_pass():
     mask = torch.zeros(40, 64)
     for i, n in enumerate(lengths.tolist()):
         mask[i, n - 3 : n] = 1.0
-    batch = {
-        "input_ids": ids,
-        "loss_mask": mask,
-        "old_logprobs": torch.full((40, 64), -3.0),
-        "advantages": torch.randn(40, generator=g),
-        "lengths": lengths,
-    }
+    batch = TrainBatch(
+        input_ids=ids,
+        loss_mask=mask,
+        old_logprobs=torch.full((40, 64), -3.0),
+        advantages=torch.randn(40, generator=g),
+        lengths=lengths,
+    )
     results = []
     for budget in (10**9, 300):  # one pass; 9 sorted, trimmed passes
         trainer = TitanTrainer(cfg, lr=1e-2, device="cpu", micro_batch_tokens=budget)

@@ -14,6 +14,13 @@ def test_missing_checkpoint_is_one_line_exit_2(tmp_path):
         load_policy(tmp_path)
 
 
+def test_one_checkpoint_error_for_training_and_evaluation():
+    """`rlsvc.train --resume` and `rlsvc.eval` refuse a checkpoint with the same error class."""
+    from rlsvc.checkpoint import CheckpointError as TrainingCheckpointError
+
+    assert CheckpointError is TrainingCheckpointError
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     from rlsvc.config import TitanModelConfig

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlsvc.buffer.replay import Episode
 from rlsvc.cluster.actors import with_env
 from rlsvc.cluster.placement import GOMP_SPINCOUNT, plan, planned, share_cores
 from rlsvc.config import load_config
+from rlsvc.episode import Episode
 from rlsvc.loop import NonFiniteGuard, TooManyNonFiniteSteps
 from rlsvc.rewards.rubric import Rubric
 

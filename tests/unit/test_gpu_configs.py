@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from deploy_shapes import render_kustomize
 from test_deploy_manifests import OVERLAYS, assert_fits_node_groups, one
 
 from rlsvc.cluster.placement import group_demand, planned
-from rlsvc.cluster.shapes import render_kustomize
 from rlsvc.config import Config, load_config
 from rlsvc.train import gpu_refusal, local_gpu_count, main
 

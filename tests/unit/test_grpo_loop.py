@@ -12,12 +12,14 @@ import torch
 from conftest import RulesFleet
 
 from rlsvc.algo.grpo import group_advantages
-from rlsvc.buffer.replay import Episode, ReplayBuffer
+from rlsvc.buffer.replay import ReplayBuffer
 from rlsvc.config import load_config
 from rlsvc.envs.blackjack import HandView
+from rlsvc.episode import Episode
 from rlsvc.loop import GRPOLoop, deal_seed
 from rlsvc.models.tokenizer import build_tokenizer
 from rlsvc.policy_io import BlackjackCodec
+from rlsvc.trainer.batch import TrainBatch
 
 B, G = 4, 4
 
@@ -35,12 +37,12 @@ class SeededRandom:
 
 class FakeTrainerGroup:
     def __init__(self) -> None:
-        self.steps: list[tuple[dict[str, torch.Tensor], dict]] = []
+        self.steps: list[TrainBatch] = []
         self.logprob_calls: list[torch.Tensor] = []
         self.sft_batches: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-    def train_step(self, batch, **kwargs):
-        self.steps.append((batch, kwargs))
+    def train_step(self, batch: TrainBatch):  # the loss settings are the trainer's own (its spec)
+        self.steps.append(batch)
         return {"loss": 0.25, "grad_norm": 1.0, "nonfinite_skipped": 0.0}
 
     def sft_step(self, input_ids, loss_mask):
@@ -140,13 +142,12 @@ def test_a_step_plays_scores_and_trains_on_every_group():
         assert torch.allclose(torch.tensor([ep.advantage for ep in group]), expected)
     # one trainer step on one row per decision, each row carrying its episode's advantage
     assert len(svc.trainer_group.steps) == 1
-    batch, kwargs = svc.trainer_group.steps[0]
+    batch = svc.trainer_group.steps[0]
     decisions = [ep for ep in episodes for _ in ep.responses]
-    assert batch["input_ids"].shape[0] == len(decisions) == batch["advantages"].shape[0]
-    assert batch["loss_mask"].shape == batch["input_ids"].shape == batch["old_logprobs"].shape
-    assert torch.allclose(batch["advantages"], torch.tensor([ep.advantage for ep in decisions]))
-    assert "ref_logprobs" not in batch and "prox_logprobs" not in batch
-    assert kwargs["clip_eps"] == loop.cfg.grpo.clip_eps and kwargs["normalization"] == "token"
+    assert batch.input_ids.shape[0] == len(decisions) == batch.advantages.shape[0]
+    assert batch.loss_mask.shape == batch.input_ids.shape == batch.old_logprobs.shape
+    assert torch.allclose(batch.advantages, torch.tensor([ep.advantage for ep in decisions]))
+    assert batch.ref_logprobs is None and batch.prox_logprobs is None
     # the version moves on and the new weights are pushed
     assert loop.version == 1 and sync.pushed == [1]
     assert loop.trained_groups == list(range(B))
@@ -166,8 +167,8 @@ def test_a_group_with_a_lost_episode_is_dropped_and_counted():
     assert metrics["failed_episodes"] == 1.0 and metrics["groups_dropped"] == 1.0 and metrics["train_skipped"] == 0.0
     assert {ep.group_id for ep in svc.reward_client.scored[0]} == {0, 2, 3}  # group 1 is not even scored
     assert loop.trained_groups == [0, 2, 3]
-    batch, _ = svc.trainer_group.steps[0]
-    assert batch["input_ids"].shape[0] == sum(len(ep.responses) for ep in episodes if ep.group_id != 1)
+    batch = svc.trainer_group.steps[0]
+    assert batch.input_ids.shape[0] == sum(len(ep.responses) for ep in episodes if ep.group_id != 1)
     assert loop.version == 1
 
 
@@ -190,11 +191,10 @@ def test_a_step_where_every_group_failed_is_skipped():
 def test_reference_and_proximal_logprobs_come_from_their_handles():
     loop, svc, _ = make_loop(overrides=["grpo.tis_cap=2.0"], reference=True)
     loop.step(0)
-    batch, kwargs = svc.trainer_group.steps[0]
-    assert svc.reference_model.calls == 1 and torch.all(batch["ref_logprobs"] == -0.4)
-    assert len(svc.trainer_group.logprob_calls) == 1 and torch.all(batch["prox_logprobs"] == -0.5)
-    assert batch["ref_logprobs"].shape == batch["prox_logprobs"].shape == batch["input_ids"].shape
-    assert kwargs["tis_cap"] == 2.0
+    batch = svc.trainer_group.steps[0]
+    assert svc.reference_model.calls == 1 and torch.all(batch.ref_logprobs == -0.4)
+    assert len(svc.trainer_group.logprob_calls) == 1 and torch.all(batch.prox_logprobs == -0.5)
+    assert batch.ref_logprobs.shape == batch.prox_logprobs.shape == batch.input_ids.shape
 
 
 def test_second_step_learns_from_the_next_groups_at_the_next_version():
@@ -238,5 +238,5 @@ def test_the_asynchronous_scorer_fills_the_reference_cache_so_the_trainer_step_a
     scored = loop.score_batch(loop.collect(0, 0))
     assert svc.reference_model.calls == 1 and loop.reference_cache.misses > 0
     loop.learn_scored(scored)
-    batch, _ = svc.trainer_group.steps[0]
-    assert svc.reference_model.calls == 1 and torch.all(batch["ref_logprobs"][batch["loss_mask"] > 0] == -0.4)
+    batch = svc.trainer_group.steps[0]
+    assert svc.reference_model.calls == 1 and torch.all(batch.ref_logprobs[batch.loss_mask > 0] == -0.4)

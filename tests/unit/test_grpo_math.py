@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from rlsvc.algo.grpo import group_advantages, k3_kl, mask_logits, policy_loss, token_logprobs
+from rlsvc.algo.grpo import LossSettings, group_advantages, k3_kl, mask_logits, policy_loss, token_logprobs
 
 
 def test_group_advantages_hand_computed():
@@ -41,11 +41,11 @@ def test_policy_loss_clipping_hand_computed():
     new = torch.tensor([[0.0, math.log(1.5)], [0.0, math.log(0.5)]])
     mask = torch.tensor([[0.0, 1.0], [0.0, 1.0]])
     adv = torch.tensor([1.0, -1.0])
-    loss, stats = policy_loss(new, old, adv, mask, clip_eps=0.2)
+    loss, stats = policy_loss(new, old, adv, mask, LossSettings(clip_eps=0.2))
     # row 0: min(1.5*1, 1.2*1) = 1.2 -> -1.2; row 1: min(0.5*-1, 0.8*-1) = -0.8 -> 0.8
     assert loss.item() == pytest.approx((-1.2 + 0.8) / 2)
     assert stats["clip_frac"].item() == pytest.approx(1.0)
-    loss_hi, _ = policy_loss(new, old, adv, mask, clip_eps=0.2, clip_eps_high=0.28)
+    loss_hi, _ = policy_loss(new, old, adv, mask, LossSettings(clip_eps=0.2, clip_eps_high=0.28))
     assert loss_hi.item() == pytest.approx((-1.28 + 0.8) / 2)
 
 
@@ -56,21 +56,21 @@ def test_k3_kl_and_kl_term():
     mask = torch.tensor([[0.0, 1.0]])
     lp2 = torch.tensor([[0.0, math.log(0.5)]])
     ref2 = torch.tensor([[0.0, math.log(0.25)]])
-    loss, stats = policy_loss(lp2, lp2.clone(), torch.tensor([0.0]), mask, kl_coef=0.5, ref_logprobs=ref2)
+    loss, stats = policy_loss(lp2, lp2.clone(), torch.tensor([0.0]), mask, LossSettings(kl_coef=0.5), ref_logprobs=ref2)
     assert loss.item() == pytest.approx(0.5 * (math.exp(r) - r - 1)) and stats["kl"].item() > 0
     with pytest.raises(ValueError, match="ref_logprobs"):
-        policy_loss(lp2, lp2, torch.tensor([0.0]), mask, kl_coef=0.1)
+        policy_loss(lp2, lp2, torch.tensor([0.0]), mask, LossSettings(kl_coef=0.1))
 
 
 def test_token_vs_sequence_normalisation():
     lp = torch.zeros(2, 4)
     mask = torch.tensor([[0, 1, 1, 1], [0, 1, 0, 0]], dtype=torch.float32)
     adv = torch.tensor([1.0, 4.0])
-    tok, _ = policy_loss(lp, lp, adv, mask, normalization="token")
-    seq, _ = policy_loss(lp, lp, adv, mask, normalization="sequence")
+    tok, _ = policy_loss(lp, lp, adv, mask, LossSettings(normalization="token"))
+    seq, _ = policy_loss(lp, lp, adv, mask, LossSettings(normalization="sequence"))
     assert tok.item() == pytest.approx(-(3 * 1 + 4) / 4)
     assert seq.item() == pytest.approx(-(1 + 4) / 2)
-    glob, _ = policy_loss(lp, lp, adv, mask, normalization="token", denominator=8.0)
+    glob, _ = policy_loss(lp, lp, adv, mask, LossSettings(normalization="token"), denominator=8.0)
     assert glob.item() == pytest.approx(-7 / 8)
 
 
@@ -92,10 +92,10 @@ def test_truncated_importance_sampling_weights_tokens_by_the_capped_ratio():
     mask = torch.ones(4, 3)
     # proximal == behaviour: TIS changes nothing
     plain, _ = policy_loss(lp, behaviour, adv, mask)
-    same, stats = policy_loss(lp, behaviour, adv, mask, behaviour_logprobs=behaviour, tis_cap=2.0)
+    same, stats = policy_loss(lp, behaviour, adv, mask, LossSettings(tis_cap=2.0), behaviour_logprobs=behaviour)
     assert torch.allclose(plain, same) and torch.isclose(stats["tis_weight"], torch.tensor(1.0))
     # off-policy: each token's term is scaled by min(exp(prox - behaviour), cap), detached
-    loss, stats = policy_loss(lp, prox, adv, mask, behaviour_logprobs=behaviour, tis_cap=1.5)
+    loss, stats = policy_loss(lp, prox, adv, mask, LossSettings(tis_cap=1.5), behaviour_logprobs=behaviour)
     w = torch.exp(prox - behaviour).clamp(max=1.5)
     expected = (-(adv.unsqueeze(1)) * w).mean()  # ratio == 1 against the proximal policy
     assert torch.isclose(loss, expected, atol=1e-6)
@@ -103,4 +103,4 @@ def test_truncated_importance_sampling_weights_tokens_by_the_capped_ratio():
     loss.backward()
     assert torch.allclose(lp.grad, -(adv.unsqueeze(1)) * w / 12, atol=1e-6)
     with pytest.raises(ValueError, match="behaviour_logprobs"):
-        policy_loss(lp, prox, adv, mask, tis_cap=1.5)
+        policy_loss(lp, prox, adv, mask, LossSettings(tis_cap=1.5))

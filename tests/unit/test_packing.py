@@ -7,6 +7,7 @@ import torch
 
 from rlsvc.models.packing import plan, unpack
 from rlsvc.models.titan import ModelConfig, build_model, forward
+from rlsvc.trainer.batch import TrainBatch
 from rlsvc.trainer.titan_trainer import TitanTrainer
 
 
@@ -101,17 +102,17 @@ def test_a_trainer_step_packed_equals_the_step_unpacked():
     for i, n in enumerate(lengths.tolist()):
         mask[i, n - 2 : n] = 1.0  # the last two tokens are the answer
     g = torch.Generator().manual_seed(4)
-    batch = {
-        "input_ids": ids,
-        "loss_mask": mask,
-        "old_logprobs": -torch.rand(ids.shape, generator=g) * mask,
-        "advantages": torch.randn(len(ids), generator=g),
-        "lengths": lengths,
-    }
+    batch = TrainBatch(
+        input_ids=ids,
+        loss_mask=mask,
+        old_logprobs=-torch.rand(ids.shape, generator=g) * mask,
+        advantages=torch.randn(len(ids), generator=g),
+        lengths=lengths,
+    )
     steps = {}
     for share in (False, True):
         trainer = TitanTrainer(ModelConfig(), lr=1e-3, seed=0, share_prefixes=share)
-        steps[share] = (trainer.train_step(batch, kl_coef=0.0), trainer.logprobs(ids, lengths=lengths), trainer.parameter_checksum())
+        steps[share] = (trainer.train_step(batch), trainer.logprobs(ids, lengths=lengths), trainer.parameter_checksum())
     (m0, lp0, sum0), (m1, lp1, sum1) = steps[False], steps[True]
     for key in ("loss", "entropy", "ratio_mean", "grad_norm", "mismatch_kl"):
         assert abs(m0[key] - m1[key]) <= 1e-5 * max(1.0, abs(m0[key])), key

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlsvc.cluster.errors import ActorDied
+from rlsvc.interfaces import ActorDied
 from rlsvc.recovery import TooManyRestarts, recover, recover_with_retries
 from rlsvc.training_checkpoint import save
 
@@ -115,7 +115,7 @@ def test_an_actor_dying_during_recovery_starts_it_again_within_the_budget(tmp_pa
     said: list[str] = []
     restarts, step, best = recover_with_retries(loop, tmp_path, setup, limit=3, restarts=0, report=said.append)
     assert (restarts, step, best) == (2, 7, None) and len(attempts) == 2
-    assert said == ["recovery interrupted (RayError); again"]
+    assert said == ["recovery interrupted (ActorDied); again"]
     assert [c for c in log if c[0] == "restart_policy_group"] == [("restart_policy_group",)] * 2
 
 

@@ -170,4 +170,4 @@ def test_the_cli_scores_a_submission_as_training_does():
     unknown = _cli("score", "--problem", "no_such_problem", stdin=CORRECT)
     assert unknown.returncode == 2 and unknown.stdout == "" and len(unknown.stderr.strip().splitlines()) == 1
     assert "no_such_problem" in unknown.stderr
-    assert PROBLEM in _cli("list").stdout.split()
+    assert PROBLEM in _cli("problems").stdout.split()

@@ -171,7 +171,7 @@ def test_observations_cross_ray_as_their_fields():
 
     from rlsvc.envs.blackjack import BlackjackObservation
     from rlsvc.envs.plain import PlainObservation, plain
-    from rlsvc.rollout.runner import FailedObservation
+    from rlsvc.episode import FailedObservation
     from rlsvc.tasks.blackjack import BlackjackTask
 
     obs = BlackjackObservation(player_sum=14, dealer_card=10, usable_ace=False, done=False, reward=None)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from rlsvc.algo.grpo import LossSettings
 from rlsvc.models import hf_export
 from rlsvc.models.hf_export import (
     from_hf_state_dict,
@@ -20,11 +21,13 @@ from rlsvc.models.hf_export import (
 )
 from rlsvc.models.titan import ModelConfig, build_model, forward, parameter_count
 from rlsvc.models.tokenizer import VOCAB
+from rlsvc.trainer.batch import TrainBatch
 from rlsvc.trainer.titan_trainer import TitanReference, TitanTrainer
 
 pytestmark = pytest.mark.unit
 
 CFG = ModelConfig()
+KL = LossSettings(kl_coef=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -132,17 +135,18 @@ def test_initial_folder_is_the_layout_with_zero_weights(tmp_path: Path) -> None:
     assert (folder / "config.json").is_file() and (folder / "tokenizer.json").is_file()
 
 
-def grpo_batch(n: int = 8, t: int = 12) -> dict[str, torch.Tensor]:
+def grpo_batch(n: int = 8, t: int = 12) -> TrainBatch:
     g = torch.Generator().manual_seed(1)
     mask = torch.zeros(n, t)
     mask[:, 9:] = 1.0
-    return {
-        "input_ids": token_batch(n, t, seed=1),
-        "loss_mask": mask,
-        "old_logprobs": -torch.rand(n, t, generator=g) * 3.0,
-        "ref_logprobs": -torch.rand(n, t, generator=g) * 3.0,
-        "advantages": torch.randn(n, generator=g),
-    }
+    return TrainBatch(
+        input_ids=token_batch(n, t, seed=1),
+        loss_mask=mask,
+        old_logprobs=-torch.rand(n, t, generator=g) * 3.0,
+        ref_logprobs=-torch.rand(n, t, generator=g) * 3.0,
+        advantages=torch.randn(n, generator=g),
+        lengths=torch.full((n,), t),
+    )
 
 
 def computed(metrics: dict[str, float]) -> dict[str, float]:
@@ -151,10 +155,10 @@ def computed(metrics: dict[str, float]) -> dict[str, float]:
 
 
 def test_train_step_updates_parameters_and_reports_finite_metrics() -> None:
-    trainer = TitanTrainer(CFG, lr=1e-3, device="cpu")
+    trainer = TitanTrainer(CFG, lr=1e-3, device="cpu", loss=KL)
     before = trainer.parameter_checksum()
     batch = grpo_batch()
-    metrics = trainer.train_step(batch, kl_coef=0.1)
+    metrics = trainer.train_step(batch)
     assert set(metrics) == {
         "loss",
         "grad_norm",
@@ -172,9 +176,9 @@ def test_train_step_updates_parameters_and_reports_finite_metrics() -> None:
     assert metrics["kl"] > 0.0 and metrics["grad_norm"] > 0.0
     assert trainer.parameter_checksum() != before
     # The mismatch is measured before the step, against the same behaviour logprobs.
-    fresh = TitanReference(CFG, device="cpu").logprobs(batch["input_ids"])
-    mask = batch["loss_mask"]
-    expected = ((fresh - batch["old_logprobs"]).abs() * mask).sum() / mask.sum()
+    fresh = TitanReference(CFG, device="cpu").logprobs(batch.input_ids)
+    mask = batch.loss_mask
+    expected = ((fresh - batch.old_logprobs).abs() * mask).sum() / mask.sum()
     assert metrics["logprob_mismatch"] == pytest.approx(expected.item(), rel=1e-5)
 
 
@@ -182,14 +186,14 @@ def test_the_fused_adamw_step_is_adamws_step() -> None:
     """The trainer's optimiser is PyTorch's fused AdamW on CPU; its update is the per-tensor
     AdamW's with the same settings, to float32 rounding (the kernels sum in other orders), over
     steps that carry moments."""
-    fused = TitanTrainer(CFG, lr=1e-2, weight_decay=0.1, betas=(0.8, 0.95), device="cpu")
-    plain = TitanTrainer(CFG, lr=1e-2, weight_decay=0.1, betas=(0.8, 0.95), device="cpu")
+    fused = TitanTrainer(CFG, lr=1e-2, weight_decay=0.1, betas=(0.8, 0.95), device="cpu", loss=KL)
+    plain = TitanTrainer(CFG, lr=1e-2, weight_decay=0.1, betas=(0.8, 0.95), device="cpu", loss=KL)
     assert fused.optimizer.defaults["fused"]
     plain.optimizer = torch.optim.AdamW(plain.model.parameters(), lr=1e-2, weight_decay=0.1, betas=(0.8, 0.95))
     batch = grpo_batch()
     for _ in range(3):
-        fused.train_step(batch, kl_coef=0.1)
-        plain.train_step(batch, kl_coef=0.1)
+        fused.train_step(batch)
+        plain.train_step(batch)
     start, moved = TitanTrainer(CFG, lr=1e-2, device="cpu").model, 0.0  # the same seed: both trainers' initial weights
     for (name, a), b in zip(fused.model.named_parameters(), plain.model.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=name)  # a step moves a weight by up to lr, 1e-2
@@ -201,16 +205,16 @@ def test_the_fused_adamw_step_is_adamws_step() -> None:
 def test_a_nonfinite_loss_is_not_applied_and_is_reported(poison) -> None:
     """A NaN/inf advantage makes the loss and gradient non-finite: the update is skipped (weights
     and optimiser untouched) and reported; the next finite batch trains normally."""
-    trainer = TitanTrainer(CFG, lr=1e-3, device="cpu")
+    trainer = TitanTrainer(CFG, lr=1e-3, device="cpu", loss=KL)
     before = {k: v.clone() for k, v in trainer.hf_state_dict().items()}
     bad = grpo_batch()
-    bad["advantages"][0] = poison
-    metrics = trainer.train_step(bad, kl_coef=0.1)
+    bad.advantages[0] = poison
+    metrics = trainer.train_step(bad)
     assert metrics["nonfinite_skipped"] == 1.0 and not math.isfinite(metrics["grad_norm"])
     after = trainer.hf_state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert not trainer.optimizer.state  # AdamW's moments never saw it
-    good = trainer.train_step(grpo_batch(), kl_coef=0.1)
+    good = trainer.train_step(grpo_batch())
     assert good["nonfinite_skipped"] == 0.0 and all(math.isfinite(v) for v in good.values())
     assert any(not torch.equal(before[k], v) for k, v in trainer.hf_state_dict().items())
 
@@ -218,14 +222,14 @@ def test_a_nonfinite_loss_is_not_applied_and_is_reported(poison) -> None:
 def test_checkpoint_restores_model_and_optimiser_exactly(tmp_path) -> None:
     """A trainer restored from its checkpoint takes the same next step as the original: the
     AdamW moments and step counts came back, not only the weights."""
-    original = TitanTrainer(CFG, lr=1e-2, seed=1, device="cpu")
+    original = TitanTrainer(CFG, lr=1e-2, seed=1, device="cpu", loss=KL)
     original.sft_step(token_batch(), torch.ones(6, 12))
-    original.train_step(grpo_batch(), kl_coef=0.1)
+    original.train_step(grpo_batch())
     original.save_checkpoint(str(tmp_path / "trainer"))
-    restored = TitanTrainer(CFG, lr=1e-2, seed=2, device="cpu")  # other initial weights, fresh AdamW
+    restored = TitanTrainer(CFG, lr=1e-2, seed=2, device="cpu", loss=KL)  # other initial weights, fresh AdamW
     restored.load_checkpoint(str(tmp_path / "trainer"))
     assert all(torch.equal(a, b) for a, b in zip(original.hf_state_dict().values(), restored.hf_state_dict().values()))
-    m1, m2 = original.train_step(grpo_batch(), kl_coef=0.1), restored.train_step(grpo_batch(), kl_coef=0.1)
+    m1, m2 = original.train_step(grpo_batch()), restored.train_step(grpo_batch())
     assert computed(m1) == computed(m2)
     assert all(torch.equal(a, b) for a, b in zip(original.hf_state_dict().values(), restored.hf_state_dict().values()))
 
@@ -234,13 +238,13 @@ def test_checkpoint_before_any_step_leaves_the_optimiser_fresh(tmp_path) -> None
     """Checkpointing a trainer that has not stepped must not start AdamW's step count (asking
     torch for the optimiser's state dict would): a run that checkpoints at step 0 computes the
     same as one that does not."""
-    original = TitanTrainer(CFG, lr=1e-2, seed=1, device="cpu")
+    original = TitanTrainer(CFG, lr=1e-2, seed=1, device="cpu", loss=KL)
     original.save_checkpoint(str(tmp_path / "trainer"))
     assert not original.optimizer.state
-    restored = TitanTrainer(CFG, lr=1e-2, seed=2, device="cpu")
+    restored = TitanTrainer(CFG, lr=1e-2, seed=2, device="cpu", loss=KL)
     restored.load_checkpoint(str(tmp_path / "trainer"))
-    untouched = TitanTrainer(CFG, lr=1e-2, seed=1, device="cpu")
-    metrics = [computed(t.train_step(grpo_batch(), kl_coef=0.1)) for t in (original, restored, untouched)]
+    untouched = TitanTrainer(CFG, lr=1e-2, seed=1, device="cpu", loss=KL)
+    metrics = [computed(t.train_step(grpo_batch())) for t in (original, restored, untouched)]
     assert metrics[0] == metrics[1] == metrics[2]
     assert all(torch.equal(a, b) for a, b in zip(original.hf_state_dict().values(), restored.hf_state_dict().values()))
 
@@ -269,13 +273,13 @@ def test_reference_loaded_from_policy_matches_it() -> None:
 
 def test_train_step_with_allowed_tokens_stays_finite() -> None:
     """Prompt tokens outside the allowed set have -inf logprobs; they must not leak NaNs."""
-    trainer = TitanTrainer(CFG, lr=1e-3, device="cpu")
-    allowed = [VOCAB.index("HIT"), VOCAB.index("STAND")]
+    allowed = (VOCAB.index("HIT"), VOCAB.index("STAND"))
+    trainer = TitanTrainer(CFG, lr=1e-3, device="cpu", loss=LossSettings(kl_coef=0.1, allowed_token_ids=allowed))
     batch = grpo_batch()
-    batch["input_ids"][:, 9:] = VOCAB.index("HIT")
-    batch["ref_logprobs"] = TitanReference(CFG, seed=5, device="cpu").logprobs(batch["input_ids"], allowed)
-    assert torch.isinf(batch["ref_logprobs"]).any()
-    metrics = trainer.train_step(batch, kl_coef=0.1, allowed_token_ids=allowed)
+    batch.input_ids[:, 9:] = VOCAB.index("HIT")
+    batch.ref_logprobs = TitanReference(CFG, seed=5, device="cpu").logprobs(batch.input_ids, allowed)
+    assert torch.isinf(batch.ref_logprobs).any()
+    metrics = trainer.train_step(batch)
     assert all(math.isfinite(v) for v in metrics.values()), metrics
     assert all(torch.isfinite(v).all() for v in trainer.hf_state_dict().values())
 
@@ -322,10 +326,10 @@ def test_bfloat16_compute_keeps_float32_weights_and_tracks_float32():
     exact = TitanTrainer(CFG, lr=1e-3, device="cpu", param_dtype="float32")
     mixed = TitanTrainer(CFG, lr=1e-3, device="cpu", param_dtype="bfloat16")
     assert mixed.state()["dtype"] == "bfloat16"
-    diff = (mixed.logprobs(batch["input_ids"]) - exact.logprobs(batch["input_ids"])).abs().max()
+    diff = (mixed.logprobs(batch.input_ids) - exact.logprobs(batch.input_ids)).abs().max()
     assert 0 < diff < 0.05  # bf16 really computed, and close
     before = mixed.parameter_checksum()
-    metrics = mixed.train_step(batch, kl_coef=0.0)
+    metrics = mixed.train_step(batch)  # the default loss: no KL term
     assert math.isfinite(metrics["loss"]) and mixed.parameter_checksum() != before
     assert all(p.dtype == torch.float32 for p in mixed.model.parameters())
 
@@ -344,8 +348,24 @@ def test_the_reference_a_spec_builds_scores_as_the_trainer_it_was_given_weights_
     weights = trainer.hf_state_dict()
     reference = spec.build_reference(weights)
     assert (reference.micro_batch_tokens, reference.share_prefixes) == (64, False)
-    ids = grpo_batch()["input_ids"]
+    ids = grpo_batch().input_ids
     assert torch.equal(reference.logprobs(ids), trainer.logprobs(ids))
     assert not torch.equal(spec.build_reference().logprobs(ids), trainer.logprobs(ids))
     back = reference.hf_state_dict()
     assert back.keys() == weights.keys() and all(torch.equal(back[k], weights[k]) for k in weights)
+
+
+def test_a_jobs_loss_settings_are_given_once_in_the_trainer_spec() -> None:
+    """`grpo`'s loss settings and the constrained tokens go into the spec once; every rank's
+    trainer built from it steps with them (the loop passes no per-step settings)."""
+    from rlsvc.config import load_config
+    from rlsvc.models.spec import as_spec
+    from rlsvc.trainer.titan_trainer import TrainerSpec
+
+    overrides = ["grpo.clip_eps=0.1", "grpo.clip_eps_high=0.28", "grpo.kl_coef=0.05", "grpo.tis_cap=2.0", "grpo.normalization=sequence"]
+    cfg = load_config(None, overrides)
+    spec = TrainerSpec.from_config(as_spec(CFG), cfg, [7, 9])
+    assert spec.loss == LossSettings(clip_eps=0.1, clip_eps_high=0.28, kl_coef=0.05, tis_cap=2.0, allowed_token_ids=(7, 9))
+    assert spec.loss.normalization == "token"  # sequence weighting is in the batch's mask (trainer/batch.py)
+    assert spec.build().loss == spec.loss and spec.seed == cfg.run.seed and spec.trainer == cfg.trainer
+    assert TrainerSpec.from_config(as_spec(CFG), cfg, None).loss.allowed_token_ids is None

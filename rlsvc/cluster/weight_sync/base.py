@@ -1,6 +1,7 @@
-"""The driver half shared by every transport (set-up, gather, close through the actors' handles)
-and `build_weight_sync`, which picks a transport by `weight_sync.type`. The interface itself is
-rlsvc/weight_sync/base.py."""
+"""The driver half shared by every transport (set-up, gather, close through the actors' handles).
+The interface itself is rlsvc/weight_sync/base.py; `build_weight_sync`, which picks a transport by
+`weight_sync.type`, is the package's (rlsvc/cluster/weight_sync/__init__.py): a base never
+imports its implementations."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import ray
 
-from rlsvc.weight_sync.base import TRANSPORTS, Staged, WeightSync, choose_transport, unavailable_reason
+from rlsvc.cluster.errors import translated
+from rlsvc.weight_sync.base import Staged, WeightSync
 
 if TYPE_CHECKING:
     from rlsvc.weight_sync.manifest import Manifest
@@ -39,6 +41,7 @@ class RayWeightSync(WeightSync):
         timings = {"sync/gather_s": manifest.timings["gather_s"], f"sync/{phase}_s": seconds, "sync/stage_s": time.perf_counter() - t0}
         return Staged(manifest, handles, timings)
 
+    @translated  # a dead or silent end is expected here; any other Ray failure is the job's
     def close(self, timeout_s: float | None = None) -> None:
         for ref in [t.ws_close.remote() for t in self.trainers] + [w.ws_close.remote() for w in self.workers]:
             try:
@@ -54,39 +57,3 @@ def node_ips(actors: list[Any]) -> list[str]:
     node_ids = ray.get([a.node_id.remote() for a in actors])
     address = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes() if n.get("Alive")}
     return [address[i] for i in node_ids]
-
-
-def build_weight_sync(kind: str, trainers: list[Any], rollout_workers: list[Any], bucket_mb: int = 64, verify: bool = True) -> WeightSync:
-    if kind == "auto":
-        nodes = ray.get([a.node_id.remote() for a in [trainers[0], *rollout_workers]])
-        kind = choose_transport(nodes, monarch=unavailable_reason("monarch") is None)
-    sync = _transport_class(kind)(trainers, rollout_workers, bucket_bytes=bucket_mb << 20, verify=verify)
-    sync.kind = kind
-    return sync
-
-
-def _transport_class(kind: str) -> type[RayWeightSync]:
-    reason = unavailable_reason(kind)
-    if reason:
-        raise ValueError(reason)
-    if kind == "ray":
-        from rlsvc.cluster.weight_sync.ray_object_store import RayObjectStoreSync
-
-        return RayObjectStoreSync
-    if kind == "shm":
-        from rlsvc.cluster.weight_sync.shared_memory import ShmSync
-
-        return ShmSync
-    if kind == "broadcast":
-        from rlsvc.cluster.weight_sync.broadcast import BroadcastSync
-
-        return BroadcastSync
-    if kind == "monarch":
-        from rlsvc.cluster.weight_sync.monarch_rdma import MonarchSync
-
-        return MonarchSync
-    if kind == "torchstore":
-        from rlsvc.cluster.weight_sync.torchstore import TorchStoreSync
-
-        return TorchStoreSync
-    raise ValueError(f"weight_sync.type={kind!r} is not a transport (known: {', '.join(TRANSPORTS)})")

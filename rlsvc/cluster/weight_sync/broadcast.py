@@ -9,6 +9,7 @@ from typing import Any
 
 import ray
 
+from rlsvc.cluster.errors import translated
 from rlsvc.cluster.weight_sync.base import RayWeightSync, node_ips
 from rlsvc.weight_sync.base import Staged
 
@@ -24,9 +25,11 @@ class BroadcastSync(RayWeightSync):
             + [w.ws_open.remote("broadcast", address, i + 1, world) for i, w in enumerate(rollout_workers)]
         )
 
+    @translated
     def stage(self, version: int) -> Staged:
         return self._stage_with(version, lambda: self.trainers[0].ws_snapshot.remote(), "pack")
 
+    @translated
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()
         send = self.trainers[0].ws_send.remote()

@@ -9,6 +9,7 @@ from typing import Any
 
 import ray
 
+from rlsvc.cluster.errors import translated
 from rlsvc.cluster.weight_sync.base import RayWeightSync, node_ips
 from rlsvc.weight_sync.base import Staged
 
@@ -19,9 +20,11 @@ class MonarchSync(RayWeightSync):
         actors = [trainers[0], *rollout_workers]
         ray.get([a.ws_open.remote("monarch", ip) for a, ip in zip(actors, node_ips(actors))])
 
+    @translated
     def stage(self, version: int) -> Staged:
         return self._stage_with(version, lambda: self.trainers[0].ws_snapshot.remote(), "pack")
 
+    @translated
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()
         results = ray.get([w.ws_pull.remote(staged.manifest, staged.handles) for w in self.workers])

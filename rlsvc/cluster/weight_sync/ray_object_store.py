@@ -19,6 +19,7 @@ from typing import Any
 
 import ray
 
+from rlsvc.cluster.errors import translated
 from rlsvc.cluster.weight_sync.base import RayWeightSync
 from rlsvc.weight_sync.base import Staged
 
@@ -38,6 +39,7 @@ class RayObjectStoreSync(RayWeightSync):
         ray.get(others)
         return gen, others, manifest
 
+    @translated
     def stage(self, version: int) -> Staged:
         t0 = time.perf_counter()
         gen, _, manifest = self._stream(version)
@@ -45,6 +47,7 @@ class RayObjectStoreSync(RayWeightSync):
         ray.wait(refs, num_returns=len(refs), fetch_local=False)
         return Staged(manifest, refs, {"sync/gather_s": manifest.timings["gather_s"], "sync/stage_s": time.perf_counter() - t0})
 
+    @translated
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()
         begins = [w.begin_update.remote(staged.manifest) for w in self.workers]
@@ -52,6 +55,7 @@ class RayObjectStoreSync(RayWeightSync):
         results = _finish(self.workers, begins, loads)
         return {"sync/apply_s": time.perf_counter() - t0, "sync/load_s": max(r["load_s"] for r in results)}
 
+    @translated
     def push(self, version: int) -> dict[str, float]:
         t0 = time.perf_counter()
         gen, _, manifest = self._stream(version)

@@ -9,6 +9,7 @@ from typing import Any
 
 import ray
 
+from rlsvc.cluster.errors import translated
 from rlsvc.cluster.weight_sync.base import RayWeightSync
 from rlsvc.weight_sync.base import Staged
 from rlsvc.weight_sync.shared_memory import SHM_DIR
@@ -35,12 +36,15 @@ class ShmSync(RayWeightSync):
         results = ray.get([w.finish_update.remote() for w in self.workers])
         return {"sync/transfer_s": write_s, "sync/load_s": max(r["load_s"] for r in results), "sync/apply_s": time.perf_counter() - t0}
 
+    @translated
     def stage(self, version: int) -> Staged:
         return self._stage_with(version, lambda: self.trainers[0].ws_snapshot.remote(), "pack")
 
+    @translated
     def apply(self, staged: Staged) -> dict[str, float]:
         return self._write(staged.manifest, from_snapshot=True)
 
+    @translated
     def push(self, version: int) -> dict[str, float]:
         """Synchronous: the trainer is idle, so it writes from its live parameters (one copy)."""
         t0 = time.perf_counter()

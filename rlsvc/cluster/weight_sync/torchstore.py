@@ -8,6 +8,7 @@ from typing import Any
 
 import ray
 
+from rlsvc.cluster.errors import translated
 from rlsvc.cluster.weight_sync.base import RayWeightSync, node_ips
 from rlsvc.weight_sync.base import Staged
 
@@ -19,9 +20,11 @@ class TorchStoreSync(RayWeightSync):
         controller = ray.get(trainers[0].ws_open.remote("torchstore", trainer_ip))
         ray.get([w.ws_open.remote("torchstore", ip, controller) for w, ip in zip(rollout_workers, worker_ips)])
 
+    @translated
     def stage(self, version: int) -> Staged:
         return self._stage_with(version, lambda: self.trainers[0].ws_put.remote(), "put")
 
+    @translated
     def apply(self, staged: Staged) -> dict[str, float]:
         t0 = time.perf_counter()
         results = ray.get([w.ws_pull.remote(staged.manifest) for w in self.workers])

@@ -3,7 +3,8 @@
 
 One reader for both, so the tests that hold the manifests to the placement plan
 (tests/unit/test_deploy_manifests.py) and the multi-node placement test that starts raylets of
-these exact shapes (tests/e2e/test_ray_job_submit.py) read the same thing.
+these exact shapes (tests/e2e/test_ray_job_submit.py) read the same thing. Only tests read
+deployments this way, so it lives beside them (it moved here from the rlsvc package, where no job used it).
 """
 
 from __future__ import annotations
