@@ -38,6 +38,8 @@ class SFTCore:
     tokens_per_batch: int = 8192
     """padded tokens per optimiser step (rows x the longest row)"""
     seed: int = 0
+    min_rows: int = 1
+    """rows per batch at least: the trainer's data-parallel ranks (each takes a share of the rows)"""
     skipped: int = 0
 
     def examples(self, problems: Sequence[Problem]) -> list[Example]:
@@ -54,12 +56,12 @@ class SFTCore:
     def batches(self, examples: Sequence[Example], epoch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch's batches, in an order fixed by the seed and the epoch."""
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        for rows in group_by_length([len(e) for e in examples], self.tokens_per_batch, self.seed + epoch):
+        for rows in group_by_length([len(e) for e in examples], self.tokens_per_batch, self.seed + epoch, self.min_rows):
             yield collate([examples[i] for i in rows], pad)
 
     def padded_share(self, examples: Sequence[Example]) -> float:
         lengths = [len(e) for e in examples]
-        return padded_share(lengths, group_by_length(lengths, self.tokens_per_batch, self.seed))
+        return padded_share(lengths, group_by_length(lengths, self.tokens_per_batch, self.seed, self.min_rows))
 
     def epoch(self, examples: Sequence[Example], epoch: int = 0) -> list[float]:
         """Train one epoch; each step's loss (mean cross-entropy per answer token)."""

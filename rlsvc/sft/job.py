@@ -75,10 +75,13 @@ def prepare(cfg: SFTConfig) -> Prepared:
 
     splits = load_splits(cfg.data, setting="data")
     spec, tokenizer = prepare_model(cfg.model, cfg.run.output_dir, cfg.run.seed, chat=cfg.prompt.style == "chat")
-    core = SFTCore(None, tokenizer, cfg.prompt, cfg.data.answer_format, cfg.max_len, cfg.sft.tokens_per_batch, cfg.run.seed)
+    ranks = cfg.trainer.num_ranks
+    core = SFTCore(None, tokenizer, cfg.prompt, cfg.data.answer_format, cfg.max_len, cfg.sft.tokens_per_batch, cfg.run.seed, ranks)
     examples = core.examples(splits["train"])
     if not examples:
         raise DatasetError(f"sft.max_len: all {len(splits['train'])} train examples are longer than {cfg.max_len} tokens")
+    if len(examples) < ranks:
+        raise DatasetError(f"trainer.num_ranks: {ranks} ranks need a train example each; {len(examples)} fit sft.max_len")
     return Prepared(splits["train"], splits["test"], spec, core, examples)
 
 
