@@ -61,9 +61,10 @@ def main() -> None:
     from rlsvc.cluster.placement import planned
     from rlsvc.config import load_config
     from rlsvc.job import prepare_model
-    from rlsvc.policy_io import BlackjackCodec
+    from rlsvc.policy_io import TaskCodec
     from rlsvc.rollout.runner import RolloutRunner
     from rlsvc.rollout.spec import EngineSpec
+    from rlsvc.tasks.blackjack import BlackjackTask
 
     # env actors take as many concurrent calls as the most slot groups measured (one call at a time with G=1)
     cfg = load_config(
@@ -84,7 +85,7 @@ def main() -> None:
     rows = []
     try:
         _, tokenizer, source = prepare_model(cfg)
-        codec = BlackjackCodec(tokenizer)
+        codec = TaskCodec(BlackjackTask(), tokenizer)
         # constrained to the two answers (rollout.constrained_actions): the unsynced policy
         # plays real hands, several turns each, instead of ending ~97% of them with an invalid
         # first answer, which would measure resets and generate calls only

@@ -52,7 +52,7 @@ def build_model(folder: Path):
 
 
 def prompts_for(tokenizer, batch: int, max_len: int) -> list[list[int]]:
-    from rlsvc.tasks.programming import load_problems
+    from rlsvc.problems.programming import load_problems
 
     texts = [p.prompt for p in load_problems()]
     return [tokenizer.encode(texts[i % len(texts)], add_special_tokens=False)[:max_len] for i in range(batch)]

@@ -183,12 +183,13 @@ def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
     from rlsvc.envs.blackjack import first_decision_return, format_prompt, parse_action, seeded_game
     from rlsvc.eval import Policy, evaluate, load_policy
     from rlsvc.models.tokenizer import load_tokenizer
-    from rlsvc.policy_io import BlackjackCodec
+    from rlsvc.policy_io import TaskCodec
+    from rlsvc.tasks.blackjack import BlackjackTask
 
     cfg = load_config(None, [])
     torch.set_num_threads(2)  # the cores rlsvc's trainer reserves (trainer.num_cpus)
     tokenizer = load_tokenizer(start)
-    codec = BlackjackCodec(tokenizer)
+    codec = TaskCodec(BlackjackTask(), tokenizer)
     seeds = [50_000_000 + i for i in range(args.prompts * args.steps)]
     # the prompt text whose token ids are exactly rlsvc's (BOS, then the words)
     prompts = [f"{tokenizer.bos_token} {format_prompt(seeded_game(s).view())}" for s in seeds]
@@ -217,7 +218,9 @@ def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
             t = time.perf_counter()
             self.steps.append(state.global_step)
             self.times.append(t - self.t0 - self.paused)
-            score = evaluate(Policy(self.model, tokenizer), args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
+            score = evaluate(
+                Policy(self.model, tokenizer, "cpu", BlackjackTask()), args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT
+            )["mean_return"]
             self.returns.append(score)
             self.paused += time.perf_counter() - t
 

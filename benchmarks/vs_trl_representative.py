@@ -130,7 +130,7 @@ def run_trl(args: argparse.Namespace, policy: Path, out: Path) -> dict:
     from benchmarks.answer_task import ArithmeticAnswerTask, messages, score
     from rlsvc.config import load_config
     from rlsvc.policy_io import CHAT_OPTIONS, TaskCodec
-    from rlsvc.tasks.arithmetic import arithmetic_problem
+    from rlsvc.problems.arithmetic import arithmetic_problem
 
     cfg = load_config(None, [])
     torch.set_num_threads(THREADS)
@@ -140,7 +140,7 @@ def run_trl(args: argparse.Namespace, policy: Path, out: Path) -> dict:
     codec, first = TaskCodec(ArithmeticAnswerTask(), tokenizer), messages(seeds[0])
     ids = tokenizer.apply_chat_template(first, add_generation_prompt=True, tokenize=True, **CHAT_OPTIONS)
     ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-    assert list(ids) == codec.encode(SimpleNamespace(question=first[0]["content"])), "TRL's prompt ids differ from rlsvc's"
+    assert list(ids) == codec.encode(SimpleNamespace(prompt=first)), "TRL's prompt ids differ from rlsvc's"
 
     def reward(prompts: list, completions: list, seed: list[int], **_: object) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]

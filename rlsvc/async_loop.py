@@ -22,7 +22,7 @@ or decoupled PPO with truncated importance weights under `grpo.tis_cap`), and it
 
 A policy actor that dies (a rollout worker in the producer, a trainer rank or the reference in the
 trainer thread) surfaces from `step` as the actor error; the job then recovers as it does for the
-synchronous loop (rlsvc/recovery.py): the producer is stopped, the actors replaced, everything
+synchronous loop (rlsvc/job/recovery.py): the producer is stopped, the actors replaced, everything
 restored from the newest checkpoint, and the next `step` starts a new producer from there.
 """
 
@@ -87,7 +87,7 @@ class RolloutProducer:
     def next_batch(self, timeout_s: float = 1800.0) -> PlayedBatch:
         item = self.batches.get(timeout=timeout_s)
         if isinstance(item, (RolloutWorkerLost, ActorDied)):
-            raise item  # a policy actor died: the job restarts from its newest checkpoint (rlsvc/recovery.py)
+            raise item  # a policy actor died: the job restarts from its newest checkpoint (rlsvc/job/recovery.py)
         if isinstance(item, BaseException):
             raise RuntimeError("the rollout producer failed") from item
         return item
@@ -263,7 +263,8 @@ class AsyncGRPOLoop(GRPOLoop):
         self.producer = RolloutProducer(self, first_batch=self.version, engine_version=self.version)
         self._last_step_end = time.perf_counter()
 
-    def step(self, step: int) -> tuple[dict[str, float], list[Episode]]:
+    def step(self, step: int | None = None) -> tuple[dict[str, float], list[Episode]]:
+        step = self.check_step(step)
         if self.producer is None:
             self.start()
         producer = self.producer

@@ -10,7 +10,7 @@ a checkpoint removes its manifest first. On resume every file is checked against
 folder that fails (a partial copy, a flipped byte, a missing file) is skipped, with the reason,
 in favour of the one before it.
 
-What goes in (see `rlsvc/job.py`): the trainer ranks' model and optimiser as a sharded
+What goes in (see `rlsvc/job/training_checkpoint.py`): the trainer ranks' model and optimiser as a sharded
 torch.distributed.checkpoint (`trainer/`), the reference and best-validated weights, the replay
 buffer's episodes, and `state.json` (step, policy version, counters, the MLflow run id).
 """
@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlsvc.saved_policy import CheckpointError  # one class: saved_policy.py travels alone in MLflow models
+
 CHECKPOINTS = "checkpoints"  # in the run folder
 MANIFEST = "MANIFEST.json"
 STATE = "state.json"
@@ -42,11 +44,6 @@ class ResumePoint:
     folder: Path | str
     """The checkpoint: a local folder, or its object-store URI."""
     state: dict
-
-
-class CheckpointError(ValueError):
-    """No usable checkpoint: a missing folder, every checkpoint in it incomplete or corrupt, or a
-    saved policy that `rlsvc.eval` cannot load (rlsvc/eval.py)."""
 
 
 def step_dir_name(step: int) -> str:

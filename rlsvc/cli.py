@@ -8,11 +8,12 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("rlsvc.train", "train a policy with GRPO on a Ray cluster (python -m rlsvc.train)"),
-    "eval": ("rlsvc.eval", "evaluate a BlackJack policy checkpoint (python -m rlsvc.eval)"),
+    "eval": ("rlsvc.eval", "evaluate a saved policy with its task's evaluation (python -m rlsvc.eval)"),
     "compare": ("rlsvc.compare", "compare MLflow runs: differing settings, curves (python -m rlsvc.compare)"),
     "chaos": ("rlsvc.cluster.chaos", "kill random rlsvc actors of a running job (python -m rlsvc.chaos)"),
     "sandbox": ("rlsvc.sandbox.__main__", "run code in the local sandbox (python -m rlsvc.sandbox)"),
     "tasks": ("rlsvc.tasks.__main__", "list the installed tasks and their options; `score`: a programming problem (python -m rlsvc.tasks)"),
+    "score": ("rlsvc.problems.score", "score a solution against a programming problem's hidden tests (python -m rlsvc.problems)"),
     "serve-env": ("rlsvc.envs.serve", "serve a task's OpenEnv environment as its own process (python -m rlsvc.envs.serve)"),
     "make-tiny-hf": ("rlsvc.models.make_tiny_hf", "write a tiny Hugging Face model (python -m rlsvc.models.make_tiny_hf)"),
     "sft": ("rlsvc.sft.__main__", "fine-tune a Hugging Face checkpoint on worked solutions, for RL to start from (python -m rlsvc.sft)"),

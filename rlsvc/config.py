@@ -251,6 +251,10 @@ class CodeSettings(Strict):
     """Wall-clock limit of one execution."""
     memory_mb: int = Field(512, ge=64)
     """Address-space limit of a local execution."""
+    disk_mb: int = Field(64, ge=1)
+    """Size of a local execution's /tmp, a tmpfs whose pages count against the run's memory
+    (fallocate included); with /dev/shm (16 MB) and /run, /var, /home (1 MB each), all a run can
+    write. Nothing goes to the node's disk."""
     together_base_url: str | None = None
     """Code Interpreter endpoint; default TOGETHER_BASE_URL, else Together's public API."""
     attempts: int = Field(5, ge=1)
@@ -483,17 +487,38 @@ class TrackingConfig(Strict):
 
 
 class FaultConfig(Strict):
-    max_actor_restarts: int = Field(5, ge=-1)
-    """How many times Ray restarts a dead env, reward or buffer actor (a crash, a preempted node)
-    before the job fails; -1: no limit. An env actor's in-flight episodes are lost with it: their
-    groups are left out of that step and counted (`env_actor_failures`, `groups_dropped`)."""
+    """Fault budgets (docs/faults.md): failures are counted per kind of actor *in a row without
+    progress* (a training step completed past the furthest one before), so independent faults
+    hours apart each cost a restart and only a crash loop stops the job."""
+
+    max_actor_restarts: int = Field(5, ge=0)
+    """Env, reward or buffer actors (Ray restarts them, without a lifetime limit) that may die
+    this many times in a row without progress; one more stops the job, naming the actor. An env
+    actor's in-flight episodes are lost with it: their groups are left out of that step and
+    counted (`env_actor_failures`, `groups_dropped`)."""
     max_policy_restarts: int = Field(3, ge=0)
-    """How many times a job replaces its policy actors after one died, before it fails: a dead
-    rollout worker is replaced and synced; a dead trainer rank or reference restarts the trainer
-    group from the newest checkpoint, and the steps since are run again (`faults/steps_redone`)."""
+    """Restarts in a row without progress of the policy group (a dead trainer rank or reference:
+    the group restarts from the newest checkpoint and the steps since run again,
+    `faults/steps_redone`), and, counted apart, of rollout workers (replaced and synced); one
+    more failure stops the job, naming the actor."""
+    max_restarts_per_window: int = Field(0, ge=0)
+    """At most this many failures of one kind of actor within `faults.restart_window_s`,
+    progress or not; the next stops the job. 0: no cap (the default)."""
+    restart_window_s: float = Field(3600.0, gt=0)
+    """The window of `faults.max_restarts_per_window`, in seconds."""
+    restart_backoff_s: float = Field(1.0, ge=0)
+    """Wait before the second restart in a row of the same kind of actor, doubling for each
+    further one (the first restart is immediate); logged. Applies to the restarts the job makes
+    (policy group, rollout workers); Ray restarts env, reward and buffer actors at once."""
+    restart_backoff_max_s: float = Field(60.0, ge=0)
+    """The longest wait between restarts of `faults.restart_backoff_s`."""
     max_nonfinite_steps: int = Field(10, ge=0)
     """A step whose loss or gradient is NaN or infinite is skipped (no weight update) and counted
     (`nonfinite_skipped`); the job stops with an error once this many steps were skipped."""
+    crash_on_start: Literal["env", "reward", "buffer"] | None = None
+    """Fault injection, for tests: the actors of this role exit as soon as they start, every time
+    (Ray restarts them again and again): a crash loop the fault budget must stop. Never set in a
+    real job."""
 
 
 class ClusterConfig(Strict):

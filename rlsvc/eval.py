@@ -1,339 +1,108 @@
-"""Evaluate a trained BlackJack policy from its Hugging Face checkpoint folder.
+"""Evaluate any task's saved policy through the task's own evaluation hook (`Task.evaluate`).
 
-CLI:    python -m rlsvc.eval --checkpoint DIR --episodes N --seed S   (prints JSON)
-Python: policy = load_policy(DIR); policy.act([BlackjackObservation(...), ...]) -> ["hit", ...]
+CLI:    python -m rlsvc.eval --checkpoint DIR [--config FILE] [--episodes N] [--seed S] [KEY=VALUE ...]
+        (or `rlsvc eval ...`; prints the hook's scores as JSON)
 
-The action is the more likely of the task's two answers, greedy by default, so every decision
-is a legal move: with one token per answer (the words prompt, HIT / STAND), the more likely
-token at the answer position; otherwise (a chat checkpoint: `<answer>hit</answer>` and the
-end-of-turn token) the answer whose tokens have the larger summed logprob after the prompt.
-The checkpoint's rlsvc.json (`prompt`) says which prompt format it was trained with.
+The task is the run's: the config.yaml `rlsvc.train` wrote in the run folder that holds the
+checkpoint folder, or `--config` (and dotted overrides, as for `rlsvc.train`). A Hugging Face
+folder with neither is read as BlackJack's (the default task). BlackJack keeps its exact deal
+evaluation (`BlackjackTask.evaluate`); a single-turn task (`rlsvc.single_turn.SingleTurnTask`)
+scores greedy completions of its held-out problems; a task without the hook is refused in one
+line (exit 2).
+
+Python: any task's policy is loaded and queried with `rlsvc.saved_policy.SavedPolicy`
+(`SavedPolicy.load(DIR).complete(prompts)`); BlackJack's with `load_policy(DIR).act(observations)`
+-> ["hit", ...]. The BlackJack evaluation names documented here before stay importable from this
+module (they live in rlsvc/tasks/blackjack.py and rlsvc/tasks/blackjack_eval.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
-import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from rlsvc.checkpoint import CheckpointError
-from rlsvc.envs.blackjack import (
-    DEALER_STREAM,
-    BlackjackGame,
-    HandView,
-    RememberedCards,
-    finish_hand,
-    remembered_game,
-    scripted_cards,
-    stick_at,
+from rlsvc.saved_policy import CheckpointError, check_folder
+from rlsvc.task import Task, TaskError
+from rlsvc.tasks.blackjack import BlackjackTask, load_policy
+from rlsvc.tasks.blackjack_eval import (
+    Policy,
+    TablePolicy,
+    all_states,
+    deal_paths,
+    evaluate,
+    remembered_deals,
+    table_rewards,
 )
 
-if TYPE_CHECKING:
-    from rlsvc.tasks.blackjack import BlackjackTask
-
-ACTIONS = ("hit", "stand")
-PROMPT_FORMATS = {"blackjack/v1": False, "blackjack/chat-v1": True}
-"""The BlackJack prompt formats a checkpoint may name (rlsvc.json `prompt`) -> chat or not."""
-SCORE_ROWS = 32
-"""Rows (prompt + answer) per forward pass when answers are scored whole: bounds memory."""
-
-
-class Policy:
-    """A BlackJack policy from a causal LM: observations in, "hit"/"stand" out."""
-
-    def __init__(self, model: Any, tokenizer: Any, device: str = "cpu", task: BlackjackTask | None = None) -> None:
-        from rlsvc.policy_io import TaskCodec
-        from rlsvc.tasks.blackjack import BlackjackTask
-
-        self.model, self.device = model, device
-        self.task = task or BlackjackTask()
-        self.codec = TaskCodec(self.task, tokenizer)
-        self.answers = self.task.answers()
-        self.actions = [self.task.parse(a) for a in self.answers]  # ACTIONS, in the answers' order
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-
-    def action_logits(self, observations: list[Any]) -> Any:
-        """[N, 2] logits of (HIT, STAND) at the answer position; prompts are left-padded."""
-        import torch
-
-        prompts = [self.codec.encode(o) for o in observations]
-        width = max(len(p) for p in prompts)
-        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.tensor(p)
-            attn[i, width - len(p) :] = 1
-        with torch.no_grad():
-            logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits[:, -1]
-        return logits[:, self.codec.allowed_token_ids].float().cpu()
-
-    def answer_scores(self, observations: list[Any]) -> Any:
-        """[N, answers] summed logprobs of each answer's tokens (with the end-of-turn token in
-        chat) after each prompt. Rows are prompt + answer, right-padded, so every real token
-        keeps the position it has unpadded."""
-        import torch
-
-        prompts = [self.codec.encode(o) for o in observations]
-        answers = [self.codec.answer_ids(a) for a in self.answers]
-        rows = [(p, a) for p in prompts for a in answers]  # observation-major: row i*C + c
-        sums: list[Any] = []
-        for start in range(0, len(rows), SCORE_ROWS):
-            chunk = rows[start : start + SCORE_ROWS]
-            width = max(len(p) + len(a) for p, a in chunk)
-            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
-            attn = torch.zeros_like(ids)
-            for r, (p, a) in enumerate(chunk):
-                ids[r, : len(p) + len(a)] = torch.tensor(p + a)
-                attn[r, : len(p) + len(a)] = 1
-            with torch.no_grad():
-                logits = self.model(input_ids=ids.to(self.device), attention_mask=attn.to(self.device)).logits
-            for r, (p, a) in enumerate(chunk):
-                # the answer's tokens are predicted at the positions just before them; only those
-                # rows of the (vocabulary-wide) logits are normalised
-                lp = logits[r, len(p) - 1 : len(p) + len(a) - 1].float().log_softmax(-1).cpu()
-                sums.append(lp.gather(-1, torch.tensor(a).unsqueeze(-1)).sum())
-        return torch.stack(sums).view(len(prompts), len(answers))
-
-    def act(self, observations: list[Any], greedy: bool = True, seed: int | None = None) -> list[str]:
-        """One action ("hit"/"stand") per observation: the greedy answer, or one sampled from
-        the softmax over the answers' scores."""
-        import torch
-
-        if not observations:
-            return []
-        if self.codec.allowed_token_ids is not None:
-            scores = self.action_logits(list(observations))
-            best = scores.argmax(dim=-1)
-        else:
-            scores = self.answer_scores(list(observations))
-            # ties go to the last answer, as the trainer's greedy chooser does (rlsvc/loop.py)
-            best = len(self.answers) - 1 - scores.flip(1).argmax(dim=-1)
-        if greedy:
-            choice = best
-        else:
-            gen = torch.Generator().manual_seed(seed if seed is not None else 0)
-            choice = torch.multinomial(torch.softmax(scores, -1), 1, generator=gen).squeeze(-1)
-        return [self.actions[int(c)] for c in choice]
+__all__ = [
+    "CheckpointError",
+    "Policy",
+    "TablePolicy",
+    "all_states",
+    "deal_paths",
+    "evaluate",
+    "load_policy",
+    "main",
+    "remembered_deals",
+    "table_rewards",
+    "task_of",
+]
 
 
-class TablePolicy:
-    """A policy given as a table state -> action (e.g. a model's greedy choice in every state)."""
+def task_of(checkpoint: Path, config: str | None = None, overrides: list[str] | None = None) -> Task:
+    """The task a saved policy was trained on: `config` (with `overrides`) when given, else the
+    run folder's config.yaml beside `checkpoint`, else the default config's (BlackJack).
+    Raises ConfigError or TaskError (one line each)."""
+    from rlsvc.config import load_config
+    from rlsvc.tasks.registry import load_task
 
-    def __init__(self, table: dict[tuple, str]) -> None:
-        self.table = table
-
-    def act(self, observations: list[Any], greedy: bool = True, seed: int | None = None) -> list[str]:
-        return [self.table[(o.player_sum, o.dealer_card, bool(o.usable_ace))] for o in observations]
-
-
-def all_states() -> list[HandView]:
-    """Every state a BlackJack decision can be asked in: hard 4-21 and soft 12-21, dealer 1-10."""
-    hard = [HandView(s, d, False) for s in range(4, 22) for d in range(1, 11)]
-    soft = [HandView(s, d, True) for s in range(12, 22) for d in range(1, 11)]
-    return hard + soft
+    run_config = checkpoint.parent / "config.yaml"
+    if config is None and run_config.is_file():
+        config = str(run_config)
+    return load_task(load_config(config, overrides).env)
 
 
-def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
-    """Load a checkpoint folder written by `rlsvc.train` (or any HF causal LM with the tokenizer),
-    prompted as its rlsvc.json says (words when it has none)."""
-    folder = Path(directory)
-    if not folder.is_dir():
-        raise CheckpointError(f"checkpoint folder not found: {folder}")
-    if not (folder / "config.json").is_file():
-        raise CheckpointError(f"not a Hugging Face checkpoint (no config.json): {folder}")
-    chat, system = _chat_format(folder)
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rlsvc.tasks.blackjack import BlackjackTask
-
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).to(device).eval()
-    return Policy(model, AutoTokenizer.from_pretrained(str(folder)), device, BlackjackTask(chat=chat, system=system))
-
-
-def _chat_format(folder: Path) -> tuple[bool, str | None]:
-    """Whether the checkpoint was trained on chat prompts, and with which system message, from its
-    rlsvc.json; a checkpoint of another task is refused rather than played with prompts it never saw."""
-    meta_file = folder / "rlsvc.json"
-    try:
-        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
-    except (OSError, ValueError) as e:
-        raise CheckpointError(f"unreadable {meta_file}: {e}") from None
-    if meta.get("task", "blackjack") != "blackjack":
-        raise CheckpointError(f"not a BlackJack checkpoint (task {meta['task']!r} in {meta_file})")
-    prompt = meta.get("prompt", "blackjack/v1")
-    if prompt not in PROMPT_FORMATS:
-        raise CheckpointError(f"unknown prompt format {prompt!r} in {meta_file}; expected one of {', '.join(PROMPT_FORMATS)}")
-    return PROMPT_FORMATS[prompt], meta.get("system_prompt")
-
-
-_DEALS: dict[tuple[int, int], list[tuple[RememberedCards, RememberedCards]]] = {}
-_DEALS_KEPT = 4  # validation deals, final evaluation deals, and room for a caller's own
-
-
-def remembered_deals(episodes: int, seed: int) -> list[tuple[RememberedCards, RememberedCards]]:
-    """The card streams (player, dealer) of deals `seeded_game(seed * 1_000_003 + i)`, i <
-    `episodes`, kept for the process's next evaluation on the same deals (a few sets at most)."""
-    key = (episodes, seed)
-    if key not in _DEALS:
-        if len(_DEALS) >= _DEALS_KEPT:
-            del _DEALS[next(iter(_DEALS))]
-        seeds = [seed * 1_000_003 + i for i in range(episodes)]
-        _DEALS[key] = [(RememberedCards(s), RememberedCards(s + DEALER_STREAM)) for s in seeds]
-    return _DEALS[key]
-
-
-@dataclass(frozen=True)
-class DealPaths:
-    """Every decision the deals `remembered_deals(episodes, seed)` can ask, worked out once.
-
-    Deal d's player hand after k hits is in state `states[d, k]` (an index into `all_states()`;
-    -1 past the hit that busts it), with total `sums[d, k]`; standing there returns `stand[d, k]`.
-    The dealer draws from its own card stream, so its final hand does not depend on the player's
-    decisions. A table policy's return on every deal is then a lookup and a first-stand search
-    over these arrays (`table_rewards`) instead of playing 20,000 games in Python.
-    """
-
-    states: Any  # [deals, longest path] int64 (torch)
-    sums: Any
-    stand: Any  # float64
-
-
-_PATHS: dict[tuple[int, int], DealPaths] = {}
-_PATHS_LOCK = threading.Lock()  # a job deals them in a start-up thread (Task.prepare_validation)
-
-
-def deal_paths(episodes: int, seed: int) -> DealPaths:
-    """The paths of the deals (episodes, seed), kept for the process's next evaluation on them."""
-    with _PATHS_LOCK:
-        return _deal_paths(episodes, seed)
-
-
-def _deal_paths(episodes: int, seed: int) -> DealPaths:
-    import torch
-
-    key = (episodes, seed)
-    if key in _PATHS:
-        return _PATHS[key]
-    index = {tuple(s): i for i, s in enumerate(all_states())}
-    rows: list[list[tuple[int, int, float]]] = []
-    deals = remembered_deals(episodes, seed)
-    for player, dealer in deals:
-        game = remembered_game(player, dealer)
-        probe = BlackjackGame(game.draw, game.dealer_draw, list(game.dealer), list(game.player))
-        probe.step("stand")  # the dealer's final hand, the same whenever the player stands
-        row = []
-        while not game.done:
-            standing = BlackjackGame(scripted_cards(()), None, list(probe.dealer), list(game.player))
-            standing.step("stand")  # the dealer has finished: no card is drawn
-            view = game.view()
-            row.append((index[(view.player_sum, view.dealer_card, view.usable_ace)], view.player_sum, standing.reward))
-            game.step("hit")
-        rows.append(row)
-    for player, dealer in deals:
-        player.forget_generator()
-        dealer.forget_generator()
-    width = max(len(r) for r in rows)
-    padded = [r + [(-1, 0, 0.0)] * (width - len(r)) for r in rows]
-    paths = DealPaths(
-        states=torch.tensor([[c[0] for c in r] for r in padded], dtype=torch.int64),
-        sums=torch.tensor([[c[1] for c in r] for r in padded], dtype=torch.int64),
-        stand=torch.tensor([[c[2] for c in r] for r in padded], dtype=torch.float64),
-    )
-    if len(_PATHS) >= _DEALS_KEPT:
-        del _PATHS[next(iter(_PATHS))]
-    _PATHS[key] = paths
-    return paths
-
-
-def table_rewards(paths: DealPaths, hit: Any, then_stick_at: int | None = None) -> Any:
-    """Each deal's return under the table policy `hit` ([states] bool: hit in that state), with
-    `then_stick_at` as in `evaluate`: the table's first decision, stick-at-N's after."""
-    import torch
-
-    valid = paths.states >= 0
-    hits = torch.where(valid, hit[paths.states.clamp(min=0)], True)  # past a bust: no stand
-    if then_stick_at is not None:
-        hits[:, 1:] = torch.where(valid[:, 1:], paths.sums[:, 1:] < then_stick_at, True)
-    stands = ~hits
-    first = stands.to(torch.uint8).argmax(dim=1)  # the first decision that stands
-    rows = torch.arange(len(first))
-    return torch.where(stands[rows, first], paths.stand[rows, first], -1.0)  # never stood: bust
-
-
-def evaluate(
-    policy: Policy | TablePolicy, episodes: int, seed: int, greedy: bool = True, then_stick_at: int | None = None
-) -> dict[str, float]:
-    """Play `episodes` hands with the plain rules; deal i uses seed `seed`+i. Greedy decisions are
-    a function of the state, so each distinct state is asked once; a `TablePolicy` over every
-    state plays all deals at once (`table_rewards`). With `then_stick_at`, the single-turn task
-    (`env.then_stick_at`): the policy decides first, stick-at-N plays on."""
-    if greedy and isinstance(policy, TablePolicy) and all(tuple(s) in policy.table for s in all_states()):
-        import torch
-
-        hit = torch.tensor([policy.table[tuple(s)] == "hit" for s in all_states()])
-        return _summary(table_rewards(deal_paths(episodes, seed), hit, then_stick_at).tolist(), episodes)
-    deals = remembered_deals(episodes, seed)
-    games = [remembered_game(player, dealer) for player, dealer in deals]
-    table: dict[tuple, str] = {}
-    rng = random.Random(seed)
-    live = games
-    while live:
-        views = [g.view() for g in live]
-        if greedy:
-            todo = sorted({v for v in views if v not in table})
-            table.update(zip(todo, policy.act(todo)))
-            actions = [table[v] for v in views]
-        else:
-            actions = policy.act(views, greedy=False, seed=rng.randrange(2**31))
-        for g, a in zip(live, actions):
-            g.step(a)
-            if then_stick_at is not None and not g.done:
-                finish_hand(g, stick_at(then_stick_at))
-        live = [g for g in live if not g.done]
-    for player, dealer in deals:
-        player.forget_generator()
-        dealer.forget_generator()
-    return _summary([g.reward for g in games], episodes)
-
-
-def _summary(rewards: list[float], episodes: int) -> dict[str, float]:
-    n = max(episodes, 1)
-    mean = sum(rewards) / n
-    # the mean's standard error: how far the mean of another `episodes` deals would typically be
-    variance = sum((r - mean) ** 2 for r in rewards) / max(n - 1, 1)
-    return {
-        "episodes": episodes,
-        "mean_return": mean,
-        "return_stderr": (variance / n) ** 0.5,
-        "win_rate": sum(r > 0 for r in rewards) / n,
-        "push_rate": sum(r == 0 for r in rewards) / n,
-        "loss_rate": sum(r < 0 for r in rewards) / n,
-    }
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    checkpoint = Path(args.checkpoint)
+    check_folder(checkpoint)
+    overrides = list(args.overrides) + ([f"env.then_stick_at={args.then_stick_at}"] if args.then_stick_at is not None else [])
+    task = task_of(checkpoint, args.config, overrides)
+    if args.sample:
+        if not isinstance(task, BlackjackTask):
+            raise TaskError(f"--sample: only BlackJack's evaluation samples (task {task.name})")
+        return evaluate(load_policy(checkpoint), args.episodes, args.seed, greedy=False, then_stick_at=task.then_stick_at)
+    if not task.has("evaluate"):
+        raise TaskError(f"task {task.name} has no evaluate hook: it has no evaluation of a saved policy (docs/tasks.md)")
+    result = task.evaluate(checkpoint, args.episodes, args.seed)
+    if result is None:
+        raise TaskError(f"task {task.name}: its evaluate hook found nothing to evaluate")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rlsvc.eval", description="Evaluate a BlackJack policy checkpoint (greedy).")
+    p = argparse.ArgumentParser(prog="python -m rlsvc.eval", description="Evaluate a saved policy with its task's evaluation hook.")
     p.add_argument("--checkpoint", required=True, help="checkpoint folder printed by rlsvc.train")
+    p.add_argument("--config", default=None, help="the run's config (default: config.yaml of the run folder holding the checkpoint)")
     p.add_argument("--episodes", type=int, default=20000, help="episodes to play (default 20000)")
-    p.add_argument("--seed", type=int, default=12345, help="seed of the deals")
-    p.add_argument("--sample", action="store_true", help="sample actions instead of greedy")
-    p.add_argument("--then-stick-at", type=int, default=None, help="single-turn task: the policy decides first, stick-at-N plays on")
+    p.add_argument("--seed", type=int, default=12345, help="seed of the deals (of the held-out problems)")
+    p.add_argument("--sample", action="store_true", help="BlackJack: sample actions instead of greedy")
+    p.add_argument("--then-stick-at", type=int, default=None, help="BlackJack: the single-turn task (env.then_stick_at)")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="dotted config overrides, as for rlsvc.train")
     args = p.parse_args(argv)
     if args.episodes < 1:
         print("rlsvc.eval: --episodes must be >= 1", file=sys.stderr)
         return 2
+    from rlsvc.config import ConfigError
+
     try:
-        policy = load_policy(args.checkpoint)
-    except CheckpointError as e:
+        result = run(args)
+    except (CheckpointError, ConfigError, TaskError) as e:
         print(f"rlsvc.eval: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(evaluate(policy, args.episodes, args.seed, greedy=not args.sample, then_stick_at=args.then_stick_at)))
+    print(json.dumps(result))
     return 0
 
 

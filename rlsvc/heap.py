@@ -1,5 +1,5 @@
 """A process's start-up heap, kept out of the cyclic garbage collector's full passes: the
-driver's (rlsvc/job.py, on a thread during start-up) and the rollout, trainer and env actors'
+driver's (rlsvc/job/start.py, on a thread during start-up) and the rollout, trainer and env actors'
 (rlsvc/cluster/actors.py, after their set-up).
 
 By the time the training loop starts, the driver holds about 900k Python objects (Ray, MLflow,

@@ -23,7 +23,7 @@ class ActorDied(RuntimeError):
     """A call failed because an actor died (a crash, a lost node) or was unreachable; it may also
     be a surviving trainer rank's error, whose collective lost its peer. The cluster layer raises
     it for every Ray failure of a call, chained to Ray's error (`__cause__`); the job's recovery
-    (rlsvc/recovery.py) decides what to restart."""
+    (rlsvc/job/recovery.py) decides what to restart."""
 
 
 class Trainers(Protocol):

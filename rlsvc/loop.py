@@ -169,6 +169,9 @@ class GRPOLoop:
 
     reference_cache: ReferenceCache = field(default_factory=ReferenceCache, repr=False)
     """The frozen reference's logprobs of rows already scored; training checkpoints save it."""
+    on_rollout_lost: Callable[[RolloutWorkerLost], None] | None = field(default=None, repr=False)
+    """Called before dead rollout workers are replaced (the job's fault budget, which raises to
+    stop the job); default: at most `faults.max_policy_restarts` replacements in all."""
 
     def __post_init__(self) -> None:
         self.runner = RolloutRunner(
@@ -213,7 +216,7 @@ class GRPOLoop:
     def state_dict(self) -> dict[str, int]:
         """What decides the loop's next step besides the actors' state: the policy version
         (every step's deals and sampling seeds follow from it) and the non-finite step count.
-        Training checkpoints save it and a resumed job loads it (rlsvc/training_checkpoint.py)."""
+        Training checkpoints save it and a resumed job loads it (rlsvc/job/training_checkpoint.py)."""
         return {"version": self.version, "nonfinite_skipped": self.nonfinite.skipped}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
@@ -246,7 +249,9 @@ class GRPOLoop:
             try:
                 return self.collect(step, self.version)
             except RolloutWorkerLost as lost:
-                if self.rollout_replacements + len(lost.indices) > self.cfg.faults.max_policy_restarts:
+                if self.on_rollout_lost is not None:
+                    self.on_rollout_lost(lost)  # the job's fault budget: raises to stop, waits its backoff
+                elif self.rollout_replacements + len(lost.indices) > self.cfg.faults.max_policy_restarts:
                     raise
                 self.replace_rollout(lost.indices)
 
@@ -259,8 +264,10 @@ class GRPOLoop:
         self.rollout_replacements += len(indices)
         return self.sync_weights()
 
-    def step(self, step: int) -> tuple[dict[str, float], list[Episode]]:
-        """Synchronous: collect with the current weights, learn, push the new weights."""
+    def step(self, step: int | None = None) -> tuple[dict[str, float], list[Episode]]:
+        """Synchronous: collect with the current weights, learn, push the new weights. The step
+        is the policy version (one source of truth: a given `step` must equal it)."""
+        step = self.check_step(step)
         t0 = time.perf_counter()
         episodes = self.collect_replacing(step)
         t_rollout = time.perf_counter()
@@ -280,6 +287,12 @@ class GRPOLoop:
             }
         )
         return metrics, episodes
+
+    def check_step(self, step: int | None) -> int:
+        """The step to run: the policy version (steps completed). A caller's own count must agree."""
+        if step is not None and step != self.version:
+            raise ValueError(f"step {step} asked of a loop at policy version {self.version}")
+        return self.version
 
     def learn(self, episodes: list[Episode]) -> dict[str, float]:
         """docs/design.md, steps 3-6: rewards, group advantages, buffer, reference, one optimiser step

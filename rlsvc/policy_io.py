@@ -12,11 +12,10 @@ from collections.abc import Hashable
 from typing import Any
 
 from rlsvc.buffer.replay import Episode
+from rlsvc.saved_policy import CHAT_OPTIONS, prompt_ids
 from rlsvc.task import Prompt, Task
 
-CHAT_OPTIONS = {"enable_thinking": False}
-"""Passed to every chat template: Qwen3's would otherwise let the model open a `<think>` block
-that a short answer budget cuts off (templates without the variable ignore it)."""
+__all__ = ["CHAT_OPTIONS", "TaskCodec", "make_codec"]
 
 
 class TaskCodec:
@@ -26,7 +25,8 @@ class TaskCodec:
         self.bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
         self.prompt_room = max_prompt_tokens
         """The longest prompt (all turns so far with the next reply) that leaves room to answer."""
-        self.max_prompt_tokens = None if max_prompt_tokens is None else max_prompt_tokens - len(self.bos)
+        self.max_prompt_tokens = max_prompt_tokens
+        """Where a first prompt is cut (its start token included), keeping its end."""
         # a chat model's answer ends its turn with eos (vLLM stops there; the template closes it)
         self.end_of_turn = [tokenizer.eos_token_id] if task.chat and tokenizer.eos_token_id is not None else []
         self._reply: tuple[str, str] | None = None  # the chat template around a later user message
@@ -40,20 +40,14 @@ class TaskCodec:
         if key is not None and key in self._cache:
             return self._cache[key]
         ids = self.tokens(self.task.render(obs))
-        if self.max_prompt_tokens is not None:
-            ids = ids[-self.max_prompt_tokens :]
-        ids = self.bos + ids
         if key is not None:
             self._cache[key] = ids
         return ids
 
     def tokens(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            return list(self.tokenizer.encode(prompt, add_special_tokens=False))
-        ids = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, **CHAT_OPTIONS)
-        ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
-        # the template writes its own start token; encode() adds bos in front again
-        return list(ids[1:] if self.bos and ids and ids[0] == self.bos[0] else ids)
+        """The prompt's tokens, start token first, its end kept when it is too long (the encoding
+        a saved policy is queried with: `rlsvc.saved_policy.prompt_ids`)."""
+        return prompt_ids(self.tokenizer, prompt, self.max_prompt_tokens)
 
     def parse(self, text: str) -> Any | None:
         return self.task.parse(text)
@@ -116,24 +110,6 @@ class TaskCodec:
             return None
         ids = [self.answer_ids(a) for a in answers]
         return [i[0] for i in ids] if all(len(i) == 1 for i in ids) else None
-
-
-class BlackjackCodec(TaskCodec):
-    """The built-in BlackJack task's codec (the name earlier callers use)."""
-
-    def __init__(self, tokenizer: Any, then_stick_at: int | None = None) -> None:
-        from rlsvc.tasks.blackjack import BlackjackTask
-
-        super().__init__(BlackjackTask(then_stick_at), tokenizer)
-
-
-class CodeCodec(TaskCodec):
-    """The built-in code task's codec (the name earlier callers use)."""
-
-    def __init__(self, tokenizer: Any, max_prompt_tokens: int) -> None:
-        from rlsvc.tasks.code import CodeTask
-
-        super().__init__(CodeTask(), tokenizer, max_prompt_tokens)
 
 
 def make_codec(task: Task, tokenizer: Any, max_seq_len: int, max_tokens: int) -> TaskCodec:

@@ -8,14 +8,17 @@ A task bundles:
   episode with `env.invalid_action_penalty`);
 - how an episode is scored (`rubric`: the environment's reward plus the invalid-answer penalty
   by default; any reward functions over the transcript);
-- its metrics (`metrics`), and optional hooks: warm-start data (`warm_start_examples`), an exact
-  greedy evaluator (`validate`), and an evaluation of the saved policy (`evaluate`).
+- its metrics (`metrics`), a warm start (`warm_start_examples`), and the evaluation hooks
+  (`EvaluationHooks`: an exact greedy evaluator `validate`, an evaluation of the saved policy
+  `evaluate`, reference returns).
 
 The loop, the job and the actors only see this interface. Tasks are selected by `env.type` (the
 built-in ones, `rlsvc/tasks/registry.py`), by entry point (group `rlsvc.tasks`), or by import
-path (`env.task=package.module:factory`); docs/tasks.md has a worked example. A task is built
-once in every process that needs it (driver, env and reward actors) from the same config section,
-so it must be cheap to build and must not hold open resources.
+path (`env.task=package.module:factory`); docs/tasks.md documents the contract, the
+environment's side included (`EnvSpec`). A single-turn task subclasses
+`rlsvc.single_turn.SingleTurnTask`. A task is built once in every process that needs it (driver,
+env and reward actors) from the same config section, so it must be cheap to build and must not
+hold open resources.
 
 This module imports neither torch, Ray nor OpenEnv.
 """
@@ -26,12 +29,12 @@ import random
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rlsvc.buffer.replay import Episode
-    from rlsvc.envs.openenv_pool import EnvSpec
     from rlsvc.rewards.rubric import Rubric
 
 Prompt = str | list[dict[str, str]]
@@ -42,9 +45,69 @@ GreedyChooser = Callable[[Sequence[Any], Sequence[str]], list[int]]
 current policy finds most likely (the sum of its tokens' logprobs after the rendered prompt)."""
 
 
-class Task(ABC):
-    """One environment as the loop sees it. Subclass it, implement the three abstract methods,
-    and override the optional hooks your task has."""
+@dataclass(frozen=True)
+class EnvSpec:
+    """What `Task.env_spec` returns: the OpenEnv environment the env actors serve (in the env
+    actor's process, or behind `python -m rlsvc.envs.serve`), its types, and how an action (as
+    `Task.parse` returns it) becomes the step payload."""
+
+    name: str
+    """The environment's name (logs, the server's title)."""
+    env_factory: Any
+    """What OpenEnv's `create_app` builds one environment per session from: an `Environment`
+    subclass (best: OpenEnv then reads its `SUPPORTS_CONCURRENT_SESSIONS` without building a
+    throwaway instance) or a function returning an instance."""
+    action_cls: type
+    """The OpenEnv `Action` subclass a step payload is validated into."""
+    observation_cls: type
+    """The OpenEnv `Observation` subclass of the environment's replies (a remote server's
+    replies are parsed into it)."""
+    state_cls: type
+    """The OpenEnv `State` subclass `state` returns."""
+    payload: Callable[[Any], dict[str, Any]]
+    """The action `Task.parse` returned -> the step payload, the action's fields as a dict."""
+    quick_steps: bool = False
+    """Every reset and step is plain Python taking microseconds (no I/O, no subprocess): an
+    in-process pool then calls them one after another in its caller's thread, the fastest way
+    (rlsvc/envs/in_process.py). False (the default, safe for any environment): sessions are
+    stepped concurrently, as OpenEnv's server steps them."""
+
+
+class EvaluationHooks:
+    """A task's optional evaluation hooks, grouped: an exact greedy evaluator during training
+    (`validate`, with its policy-free preparation `prepare_validation`), an evaluation of the saved
+    policy (`evaluate`, also what `rlsvc eval` runs), and reference policies' returns for plots
+    (`reference_returns`). `Task` inherits them; a task overrides the ones it has."""
+
+    def validate(self, choose: GreedyChooser, episodes: int, seed: int) -> float | None:
+        """Mean return of the trainer's greedy policy, played exactly (`eval.every_steps`);
+        `choose` picks among `answers()`. None: the task has no such evaluator (then
+        `eval.every_steps` must be 0)."""
+        return None
+
+    def prepare_validation(self, episodes: int, seed: int) -> None:
+        """Work `validate` needs that does not depend on the policy (e.g. the validation deals),
+        done once in the job's start-up, in a background thread, so the first validation does
+        not stall training. Default: nothing."""
+        return None
+
+    def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float] | None:
+        """Scores of the saved policy (a Hugging Face folder) on `episodes` held-out episodes
+        (`eval.episodes`). None: the task has no such evaluation (then `eval.episodes` must be 0)."""
+        return None
+
+    def reference_returns(self, episodes: int, seed: int) -> dict[str, float] | None:
+        """Mean returns of the task's reference policies on `episodes` deals of `seed` (the
+        same deals `validate` plays), by name: the lines a learning curve is read against
+        (`rlsvc.compare`). None: the task has none."""
+        return None
+
+
+class Task(EvaluationHooks, ABC):
+    """One environment as the loop sees it. Subclass it, implement the three abstract methods
+    (`env_spec`, `render`, `parse`), and override the optional hooks your task has (the small
+    ones below, and the evaluation hooks of `EvaluationHooks`). A single-turn task (a problem, a
+    prompt, a score) subclasses `rlsvc.single_turn.SingleTurnTask` instead."""
 
     name: str = "task"
     """Short name: MLflow tag `rlsvc.env`, transcripts, checkpoint metadata."""
@@ -117,35 +180,12 @@ class Task(ABC):
         """Per-step metrics of the played episodes (default: the rate of each outcome)."""
         return outcome_rates(episodes, self.outcomes)
 
-    # -- optional hooks -----------------------------------------------------------------------
+    # -- optional hooks ---------------------------------------------------------------------
 
     def warm_start_examples(self, rng: random.Random, n: int) -> list[tuple[Any, str]] | None:
         """(observation, answer) pairs for a short supervised warm start that teaches only the
         answer format (`model.warm_start_steps`), standing in for a pretrained model that knows
         it. None: the task has none (then `model.warm_start_steps` must be 0)."""
-        return None
-
-    def validate(self, choose: GreedyChooser, episodes: int, seed: int) -> float | None:
-        """Mean return of the trainer's greedy policy, played exactly (`eval.every_steps`);
-        `choose` picks among `answers()`. None: the task has no such evaluator (then
-        `eval.every_steps` must be 0)."""
-        return None
-
-    def prepare_validation(self, episodes: int, seed: int) -> None:
-        """Work `validate` needs that does not depend on the policy (e.g. the validation deals),
-        done once in the job's start-up, in a background thread, so the first validation does
-        not stall training. Default: nothing."""
-        return None
-
-    def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float] | None:
-        """Scores of the saved policy (a Hugging Face folder) on `episodes` held-out episodes
-        (`eval.episodes`). None: the task has no such evaluation (then `eval.episodes` must be 0)."""
-        return None
-
-    def reference_returns(self, episodes: int, seed: int) -> dict[str, float] | None:
-        """Mean returns of the task's reference policies on `episodes` deals of `seed` (the
-        same deals `validate` plays), by name: the lines a learning curve is read against
-        (`rlsvc.compare`). None: the task has none."""
         return None
 
     # -- what the job checks before any actor starts -------------------------------------------

@@ -298,9 +298,9 @@ def start_job(cfg: Any, task: Any, started: float, resume: Any) -> int:
         return 2
     from rlsvc.cluster.fleet import EnvActorGone
     from rlsvc.cluster.placement import PlacementError
-    from rlsvc.job import run
+    from rlsvc.job.faults import CrashLoop
+    from rlsvc.job.main import run
     from rlsvc.loop import TooManyNonFiniteSteps
-    from rlsvc.recovery import TooManyRestarts
     from rlsvc.task import TaskError
 
     try:
@@ -308,7 +308,7 @@ def start_job(cfg: Any, task: Any, started: float, resume: Any) -> int:
     except (PlacementError, TaskError) as e:  # found after joining the cluster, before any actor started
         print(f"rlsvc.train: {e}", file=sys.stderr)
         return 2
-    except (TooManyNonFiniteSteps, EnvActorGone, TooManyRestarts) as e:  # the MLflow run is marked FAILED
+    except (TooManyNonFiniteSteps, EnvActorGone, CrashLoop) as e:  # the MLflow run is marked FAILED
         print(f"rlsvc.train: stopped: {e}", file=sys.stderr)
         return 1
 

@@ -193,6 +193,9 @@ RLSVC_METRICS = {
     "rlsvc_episodes_total": "driver",
     "rlsvc_validation_return": "driver",
     "rlsvc_actor_restarts": "driver",
+    "rlsvc_consecutive_failures": "driver",
+    "rlsvc_recovery_steps_redone": "driver",
+    "rlsvc_recovery_seconds": "driver",
 }
 
 

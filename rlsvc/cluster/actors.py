@@ -181,7 +181,7 @@ class TrainerWorker(_WeightSyncEndpoint):
         self.rank, self.world_size = rank, world_size
         self.trainer: TitanTrainer = None  # type: ignore[assignment]  # built by `setup`
         self.reference: TitanReference | None = None  # built by `setup_reference`
-        self._store = None  # rank 0's rendezvous store (rendezvous_address), kept for the group's life
+        self._store: Any = None  # rank 0's rendezvous store (rendezvous_address), kept for the group's life
 
     def rendezvous_address(self) -> str:
         """Rank 0 only: start the group's store, listening now, and say where the others join."""
@@ -341,7 +341,9 @@ class EnvWorker:
         url = env.remote.url
         sessions, latency = num_sessions or env.sessions_per_actor, env.step_latency_ms / 1000
         if url:
-            self.pool = EnvPool(sessions, step_latency_s=latency, spec=spec, url=url, connect_timeout_s=env.remote.connect_timeout_s)
+            self.pool: EnvPool | InProcessPool = EnvPool(
+                sessions, step_latency_s=latency, spec=spec, url=url, connect_timeout_s=env.remote.connect_timeout_s
+            )
         elif env.transport == "websocket":
             self.pool = EnvPool(sessions, step_latency_s=latency, spec=spec)
         else:

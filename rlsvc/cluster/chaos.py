@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import random
 import signal
@@ -24,7 +25,7 @@ def live_rlsvc_actors() -> list[tuple[str, str]]:
     from ray.util.state import list_actors
 
     actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False, detail=True)
-    return sorted((a.name, a.ray_namespace) for a in actors if a.name and a.name.startswith("rlsvc-"))
+    return sorted((a.name, a.ray_namespace or "") for a in actors if a.name and a.name.startswith("rlsvc-"))
 
 
 def cluster_reachable(address: str) -> bool:
@@ -73,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
-    ray.init(address=args.address, log_to_driver=False, logging_level="ERROR")
+    ray.init(address=args.address, log_to_driver=False, logging_level=logging.ERROR)
     rng = random.Random(args.seed)
     roles = set(args.roles.split(",")) if args.roles else None
     start = time.time()

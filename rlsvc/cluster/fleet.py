@@ -28,6 +28,15 @@ class LostEpisode(FailedObservation):
     outcome: str = "env_lost"
 
 
+@dataclass
+class EnvCallFailed(FailedObservation):
+    """What the runner sees for a session whose env actor raised during the call (the actor is
+    alive; its pool or environment failed): the episode ends failed and only its group is left
+    out, never the other actors' episodes or the training step."""
+
+    outcome: str = "env_error"
+
+
 class EnvActorGone(RuntimeError):
     pass
 
@@ -68,7 +77,9 @@ class RayEnvFleet:
     An env actor that dies (crash, lost node) is restarted by Ray (`faults.max_actor_restarts`);
     the sessions it held are gone, so their episodes come back as `LostEpisode`s and later calls
     reach the restarted actor (a reset waits for it). An actor that fails `max_consecutive_failures` calls in a row
-    (its restarts used up) stops the job."""
+    (its restarts used up) stops the job. A call that raises in a live actor fails the episodes
+    it carried (`EnvCallFailed`) and counts in the same streak, so an actor broken for good
+    still stops the job."""
 
     def __init__(
         self, actors: list[Any], sessions_per_actor: int, max_consecutive_failures: int = 3, restart_wait_s: float = 300.0
@@ -152,6 +163,15 @@ class RayEnvFleet:
                 if streak >= self.max_consecutive_failures:
                     raise EnvActorGone(f"env actor {a} failed {streak} calls in a row (restarts used up?)") from e
                 return [LostEpisode() for _ in sessions]
+            except ray.exceptions.RayTaskError as e:  # the actor lives; its call raised
+                streak = self._failed(a)
+                cause = e.cause if isinstance(getattr(e, "cause", None), BaseException) else e
+                log.warning(
+                    "env actor %d raised during %s (%d episodes failed): %s: %s", a, method, len(sessions), type(cause).__name__, cause
+                )
+                if streak >= self.max_consecutive_failures:
+                    raise EnvActorGone(f"env actor {a} failed {streak} calls in a row: {type(cause).__name__}: {cause}"[:500]) from e
+                return [EnvCallFailed(f"{type(cause).__name__}: {' '.join(str(cause).split())[:300]}") for _ in sessions]
             except ray.exceptions.RayError as e:  # the env actor's own error (a bug), as before: for the job
                 raise actor_died(e) from e
 

@@ -8,7 +8,7 @@ rlsvc/interfaces.py, so its unit tests pass in-process fakes with the same names
 
 Faults: every Ray failure of a call (a dead actor's `RayActorError`, `ActorUnavailableError`, a
 surviving rank's error) comes out of these calls as `ActorDied` (rlsvc/interfaces.py, through
-rlsvc/cluster/errors.py `get`), for the job's recovery (rlsvc/job.py); the reward and buffer actors
+rlsvc/cluster/errors.py `get`), for the job's recovery (rlsvc/job/steps.py); the reward and buffer actors
 are started with `max_task_retries` (cluster/placement.py), so Ray repeats their calls on a
 restarted actor underneath `RewardClient.score` and the `ReplayBufferClient` calls.
 """

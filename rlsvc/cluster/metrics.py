@@ -16,7 +16,10 @@ on one cluster stay apart.
 | rlsvc_env_errors_total | counter | role=env | episodes whose environment failed (their groups were left out) |
 | rlsvc_episodes_total | counter | role=driver | episodes played |
 | rlsvc_validation_return | gauge | role=driver | greedy return of the policy at the last validation |
-| rlsvc_actor_restarts | gauge | role=driver, kind | actors lost and replaced so far: policy_group, rollout_worker, env |
+| rlsvc_actor_restarts | gauge | role=driver, kind | restarts so far per kind: policy_group, rollout_worker, env, reward, buffer (the fault budgets' count) |
+| rlsvc_consecutive_failures | gauge | role=driver, kind | failures in a row without progress per kind (the job stops past its budget) |
+| rlsvc_recovery_steps_redone | gauge | role=driver | steps run again after rewinds to a checkpoint, so far |
+| rlsvc_recovery_seconds | gauge | role=driver | seconds spent restarting policy actors and backing off, so far |
 
 monitoring/grafana/rlsvc.json charts them (tests/e2e/test_operator_views.py evaluates its queries).
 """
@@ -56,15 +59,23 @@ class RayStepMetrics:
         self.env_errors = Counter("rlsvc_env_errors_total", "Episodes whose environment failed", tag_keys=("role", "run"))
         self.episodes = Counter("rlsvc_episodes_total", "Episodes played", tag_keys=("role", "run"))
         self.validation = Gauge("rlsvc_validation_return", "Greedy return at the last validation", tag_keys=("role", "run"))
-        self.restarts = Gauge("rlsvc_actor_restarts", "Actors lost and replaced so far", tag_keys=("role", "run", "kind"))
-        self.env_failures = 0.0  # env actors lost so far (the loop reports them per step)
+        self.restarts = Gauge("rlsvc_actor_restarts", "Actor restarts so far, per kind", tag_keys=("role", "run", "kind"))
+        self.consecutive = Gauge(
+            "rlsvc_consecutive_failures", "Failures in a row without progress, per kind", tag_keys=("role", "run", "kind")
+        )
+        self.steps_redone = Gauge("rlsvc_recovery_steps_redone", "Steps run again after rewinds, so far", tag_keys=("role", "run"))
+        self.recovery_s = Gauge("rlsvc_recovery_seconds", "Seconds spent recovering, so far", tag_keys=("role", "run"))
 
     def _tags(self, role: str, **more: str) -> dict[str, str]:
         return {"role": role, "run": self.run, **more}
 
-    def record(self, m: dict[str, Any], episodes: int, policy_restarts: int = 0) -> None:
+    def record(self, m: dict[str, Any], episodes: int, faults: dict[str, float] | None = None) -> None:
         """One step's metrics (the dict the loop logs to MLflow), how many episodes it played, and
-        how many times the job has restarted its policy group so far."""
+        the fault budgets' numbers (`FaultBudgets.metrics`: `faults/restarts/<kind>`, ...)."""
+        self.record_step(m, episodes)
+        self.record_faults(faults or {})
+
+    def record_step(self, m: dict[str, Any], episodes: int) -> None:
         step_s = m.get("time/step_s")
         if step_s:
             self.episodes_per_s.set(episodes / step_s, tags=self._tags("driver"))
@@ -86,14 +97,17 @@ class RayStepMetrics:
             self.env_errors.inc(float(m["failed_episodes"]), tags=self._tags("env"))
         if episodes:
             self.episodes.inc(float(episodes), tags=self._tags("driver"))
-        self.env_failures += float(m.get("env_actor_failures", 0.0))
-        restarts = {
-            "policy_group": float(policy_restarts),
-            "rollout_worker": float(m.get("rollout_replacements_total", 0.0)),
-            "env": self.env_failures,
-        }
-        for kind, count in restarts.items():
-            self.restarts.set(count, tags=self._tags("driver", kind=kind))
+
+    def record_faults(self, faults: dict[str, float]) -> None:
+        for key, value in faults.items():
+            if key.startswith("faults/restarts/"):
+                self.restarts.set(float(value), tags=self._tags("driver", kind=key.removeprefix("faults/restarts/")))
+            elif key.startswith("faults/consecutive/"):
+                self.consecutive.set(float(value), tags=self._tags("driver", kind=key.removeprefix("faults/consecutive/")))
+        if "faults/steps_redone" in faults:
+            self.steps_redone.set(float(faults["faults/steps_redone"]), tags=self._tags("driver"))
+        if "faults/recovery_s" in faults:
+            self.recovery_s.set(float(faults["faults/recovery_s"]), tags=self._tags("driver"))
 
     def validated(self, val_return: float) -> None:
         self.validation.set(float(val_return), tags=self._tags("driver"))

@@ -28,7 +28,8 @@ GPU_GROUP_ROLES = {"rollout", "trainer", "reference"}
 # The roles whose calls carry torch tensors (weights, token logprobs): they run with Ray's
 # zero-copy tensor serializer (ray_setup.py `ZERO_COPY_ENV`); the others never import torch.
 TENSOR_ROLES = GPU_GROUP_ROLES
-# Actors Ray restarts when they die, and whether their calls are repeated on the new one. Env
+# Actors Ray restarts when they die (without a lifetime limit: the job counts their restarts in a
+# row and stops a crash loop, rlsvc/job/faults.py), and whether their calls are repeated on the new one. Env
 # calls are not: a restarted env actor has fresh sessions, so the episodes it held are reported
 # lost (cluster/fleet.py) instead. Rollout, trainer and reference actors hold weights and
 # process groups that a bare restart would not bring back.
@@ -77,7 +78,8 @@ class Placement:
     spread: bool = False
     """Spread this role's actors over the group's nodes (Ray's SPREAD strategy) instead of packing."""
     max_restarts: int = 0
-    """How many times Ray restarts a dead actor of this role (its constructor runs again)."""
+    """How many times Ray restarts a dead actor of this role (its constructor runs again); -1:
+    always (the job's fault budget stops a crash loop)."""
     retry_calls: bool = False
     """Ray re-sends a call that a dying actor did not finish to the restarted one: for roles whose
     calls are safe to repeat (scoring; the buffer, whose old contents die with it)."""
@@ -186,7 +188,7 @@ def planned(cfg: Config) -> dict[Role, Placement]:
     for role in ROLES:
         group: NodeGroup = "gpu" if role in GPU_GROUP_ROLES else "cpu"
         cpus, gpus = sizes[role]
-        restarts = cfg.faults.max_actor_restarts if role in RESTARTED_ROLES else 0
+        restarts = -1 if role in RESTARTED_ROLES else 0
         out[role] = Placement(
             role,
             group,

@@ -4,6 +4,7 @@ typed handles over them (rlsvc/cluster/groups.py)."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -156,8 +157,21 @@ def _wait_name_free(name: str, deadline: float) -> None:
         time.sleep(0.1)
 
 
-def _actor(cls: type, place: Placement, index: int = 0) -> Any:
+def crashing_on_start(cls: type) -> type:
+    """`cls` whose process exits as it starts, every time (`faults.crash_on_start`, for tests):
+    Ray restarts it again and again, a crash loop the job's fault budget must stop."""
+
+    class CrashOnStart(cls):  # type: ignore[valid-type, misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            os._exit(1)
+
+    CrashOnStart.__name__ = CrashOnStart.__qualname__ = cls.__name__
+    return CrashOnStart
+
+
+def _actor(cls: type, place: Placement, index: int = 0, crash_on_start: str | None = None) -> Any:
     """The constructor of `cls` as a Ray actor with its role's placement options and name."""
+    cls = crashing_on_start(cls) if crash_on_start == place.role else cls
     actor_cls = with_env(cls, place.worker_env()) if place.env_in_process else cls
     return ray.remote(actor_cls).options(**place.options(index)).remote  # type: ignore[no-any-return]
 
@@ -179,9 +193,10 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         return trainers, (_actor(TrainerWorker, placement["reference"])(0, 1) if host == "actor" else None)
 
     trainers, reference = make_policy_group()
-    envs = [_actor(EnvWorker, placement["env"], i)(cfg.env) for i in range(cfg.env.num_actors)]
-    reward = _actor(RewardWorker, placement["reward"])(cfg.env)
-    buffer = _actor(BufferWorker, placement["buffer"])(cfg.buffer.capacity)
+    crash = cfg.faults.crash_on_start
+    envs = [_actor(EnvWorker, placement["env"], i, crash)(cfg.env) for i in range(cfg.env.num_actors)]
+    reward = _actor(RewardWorker, placement["reward"], 0, crash)(cfg.env)
+    buffer = _actor(BufferWorker, placement["buffer"], 0, crash)(cfg.buffer.capacity)
     return Services(
         rollout=rollout,
         trainers=trainers,

@@ -346,7 +346,11 @@ _OPENENV_NAMES = (
 
 
 def _build_openenv_classes() -> dict[str, type]:
-    from openenv.core.env_server.interfaces import Environment
+    types = _build_types()
+    return {**types, "BlackjackEnvironment": _build_environment(types)}
+
+
+def _build_types() -> dict[str, type]:
     from openenv.core.env_server.types import Action, Observation, State
 
     class BlackjackAction(Action):
@@ -373,7 +377,16 @@ def _build_openenv_classes() -> dict[str, type]:
         dealer_cards: list[int] = []
         done: bool = False
 
-    class BlackjackEnvironment(Environment[BlackjackAction, BlackjackObservation, BlackjackState]):
+    return {"BlackjackAction": BlackjackAction, "BlackjackObservation": BlackjackObservation, "BlackjackState": BlackjackState}
+
+
+def _build_environment(types: dict[str, type]) -> type:
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Observation, State
+
+    observation_cls, state_cls = types["BlackjackObservation"], types["BlackjackState"]
+
+    class BlackjackEnvironment(Environment[Any, Any, Any]):  # BlackjackAction, BlackjackObservation, BlackjackState
         """OpenEnv environment over `BlackjackGame`; one instance per WebSocket session."""
 
         # Instances share nothing, so the server may hold many sessions at once.
@@ -396,15 +409,15 @@ def _build_openenv_classes() -> dict[str, type]:
         def __init__(self) -> None:
             super().__init__()
             self._game: BlackjackGame | None = None
-            self._state = BlackjackState()
+            self._state = state_cls()
 
-        def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> BlackjackObservation:
+        def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Observation:
             self._game = seeded_game(seed)
-            self._state = BlackjackState(episode_id=episode_id, seed=seed)
+            self._state = state_cls(episode_id=episode_id, seed=seed)
             # Gymnasium gives no reward at reset.
             return self._observe(reward=None)
 
-        def step(self, action: BlackjackAction, timeout_s: float | None = None, **kwargs: Any) -> BlackjackObservation:
+        def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
             if self._game is None:
                 raise RuntimeError("call reset before step")
             reward = self._game.step(action.action)
@@ -415,25 +428,25 @@ def _build_openenv_classes() -> dict[str, type]:
 
         # A step takes microseconds: running it on the event loop beats the server's default
         # hop to a worker thread, which otherwise dominates the cost of each message.
-        async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> BlackjackObservation:
+        async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Observation:
             return self.reset(seed=seed, episode_id=episode_id)
 
-        async def step_async(self, action: BlackjackAction, timeout_s: float | None = None, **kwargs: Any) -> BlackjackObservation:
+        async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
             return self.step(action)
 
         @property
-        def state(self) -> BlackjackState:
+        def state(self) -> State:
             if self._game is not None:
                 self._state.player_cards = list(self._game.player)
                 self._state.dealer_cards = list(self._game.dealer)
                 self._state.done = self._game.done
             return self._state
 
-        def _observe(self, reward: float | None) -> BlackjackObservation:
+        def _observe(self, reward: float | None) -> Observation:
             assert self._game is not None
             game = self._game
             view = game.view()
-            return BlackjackObservation(
+            return observation_cls(
                 player_sum=view.player_sum,
                 dealer_card=view.dealer_card,
                 usable_ace=view.usable_ace,
@@ -442,12 +455,7 @@ def _build_openenv_classes() -> dict[str, type]:
                 outcome=game.outcome,
             )
 
-    return {
-        "BlackjackAction": BlackjackAction,
-        "BlackjackObservation": BlackjackObservation,
-        "BlackjackState": BlackjackState,
-        "BlackjackEnvironment": BlackjackEnvironment,
-    }
+    return BlackjackEnvironment
 
 
 __getattr__ = lazy_classes(__name__, _OPENENV_NAMES, _build_openenv_classes)

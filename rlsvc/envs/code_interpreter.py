@@ -7,7 +7,7 @@ state carries across turns; an `answer` action ends it:
 - programming problems: the answer is a solution; the reward is the fraction of the problem's
   hidden unit tests it passes: a fresh session runs it and returns what the entry point returned
   for each test's arguments, and this process compares those values with the expected ones
-  (rlsvc/tasks/programming.py: the expected values never reach the sandbox);
+  (rlsvc/problems/programming.py: the expected values never reach the sandbox);
 - arithmetic word problems: the answer is a number; the reward is 1 when it is exact.
 Every executed cell that raised costs `error_penalty`. After `max_turns` actions without an
 answer the episode ends with what it has (0 and the penalties). When the backend itself fails
@@ -23,9 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from rlsvc.envs.lazy import lazy_classes
+from rlsvc.problems import arithmetic_problem, load_problems, parse_number, score_output, unit_test_program
+from rlsvc.problems.programming import ProgrammingProblem, Score
 from rlsvc.sandbox.local import LocalSandbox, LocalSession, SandboxLimits, SandboxResult
-from rlsvc.tasks import arithmetic_problem, load_problems, parse_number, score_output, unit_test_program
-from rlsvc.tasks.programming import ProgrammingProblem, Score
+from rlsvc.sandbox.text import valid_utf8
 
 TaskKind = Literal["programming", "arithmetic", "mixed"]
 ActionKind = Literal["code", "answer"]
@@ -39,6 +40,7 @@ class CodeEnvSettings:
     error_penalty: float = 0.1
     exec_timeout_s: float = 5.0
     memory_mb: int = 512
+    disk_mb: int = 64
     together_base_url: str | None = None
     attempts: int = 5
 
@@ -57,7 +59,7 @@ class Backend(Protocol):
 
 class LocalBackend:
     def __init__(self, s: CodeEnvSettings) -> None:
-        self.box = LocalSandbox(SandboxLimits(memory_mb=s.memory_mb, cpu_s=max(1, int(s.exec_timeout_s) + 1)))
+        self.box = LocalSandbox(SandboxLimits(memory_mb=s.memory_mb, cpu_s=max(1, int(s.exec_timeout_s) + 1), disk_mb=s.disk_mb))
         self.timeout_s = s.exec_timeout_s
 
     def open_session(self) -> Session:
@@ -108,7 +110,7 @@ def split_error(error: str | None) -> tuple[str | None, str | None]:
 
 def score_solution(backend: Backend, problem: ProgrammingProblem, solution: str) -> tuple[Score, SandboxResult]:
     """Run `solution` against the problem's hidden tests in a fresh session of `backend` (the
-    episode's own cells do not count) and score it (rlsvc/tasks/programming.py). A backend that
+    episode's own cells do not count) and score it (rlsvc/problems/programming.py). A backend that
     fails raises: that is an infrastructure fault, not the solution's score."""
     program, nonce = unit_test_program(problem, solution)
     session = backend.open_session()
@@ -167,7 +169,8 @@ class CodeEpisode:
         except Exception as e:  # the backend failed past its retries: this episode cannot be scored
             self.done = True
             self.close_session()
-            return self._obs(None, reward=0.0, outcome="failed", failed=True, failure=f"{type(e).__name__}: {e}"[:300])
+            failure = valid_utf8(f"{type(e).__name__}: {e}"[:300])[0]  # a remote service's text, too, must encode
+            return self._obs(None, reward=0.0, outcome="failed", failed=True, failure=failure)
         if result.error:
             self.errors += 1
         if self.turn >= self.s.max_turns:
@@ -186,7 +189,9 @@ class CodeEpisode:
         score, result = score_solution(self.backend, task.problem, content)
         if score.error:
             self.errors += 1
-            result = SandboxResult(result.stdout, result.stderr, 1, result.timed_out, score.error, result.elapsed_s)
+            result = SandboxResult(
+                result.stdout, result.stderr, 1, result.timed_out, score.error, result.elapsed_s, replaced=result.replaced
+            )
         return score.fraction, result, score.outcome
 
     def _finish(self, score: float, result: SandboxResult | None, outcome: str) -> dict[str, Any]:
@@ -213,6 +218,7 @@ class CodeEpisode:
             "exit_code": r.exit_code if r else None,
             "timed_out": bool(r and r.timed_out),
             "elapsed_s": r.elapsed_s if r else 0.0,
+            "replaced": r.replaced if r else 0,
             "outcome": outcome,
             "failed": failed,
             "failure": failure,
@@ -236,9 +242,6 @@ _OPENENV_NAMES = ("CodeAction", "CodeObservation", "CodeState", "CodeInterpreter
 
 
 def _build_openenv_classes() -> dict[str, type]:
-    import asyncio
-
-    from openenv.core.env_server.interfaces import Environment
     from openenv.core.env_server.types import Action, Observation, State
 
     class CodeAction(Action):
@@ -262,6 +265,8 @@ def _build_openenv_classes() -> dict[str, type]:
         exit_code: int | None = None
         timed_out: bool = False
         elapsed_s: float = 0.0
+        replaced: int = 0
+        """Characters of the run's text that were not valid UTF-8, replaced with U+FFFD."""
         outcome: str | None = None
         failed: bool = False
         failure: str | None = None
@@ -273,7 +278,17 @@ def _build_openenv_classes() -> dict[str, type]:
         task: str | None = None
         turn: int = 0
 
-    class CodeInterpreterEnvironment(Environment[CodeAction, CodeObservation, CodeState]):
+    environment = _environment_class(CodeAction, CodeObservation, CodeState)
+    return {"CodeAction": CodeAction, "CodeObservation": CodeObservation, "CodeState": CodeState, "CodeInterpreterEnvironment": environment}
+
+
+def _environment_class(action_cls: Any, observation_cls: Any, state_cls: Any) -> type:
+    """OpenEnv's `Environment` over `CodeEpisode`, for the action, observation and state types."""
+    import asyncio
+
+    from openenv.core.env_server.interfaces import Environment
+
+    class CodeInterpreterEnvironment(Environment):  # type: ignore[type-arg]
         """OpenEnv environment over `CodeEpisode`; one instance per WebSocket session."""
 
         SUPPORTS_CONCURRENT_SESSIONS = True
@@ -289,40 +304,35 @@ def _build_openenv_classes() -> dict[str, type]:
             super().__init__()
             backend = type(self)._backend or make_backend(self.settings)
             self.episode = CodeEpisode(self.settings, backend)
-            self._state = CodeState()
+            self._state = state_cls()
 
-        def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> CodeObservation:
+        def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Any:
             obs = self.episode.reset(seed)
-            self._state = CodeState(episode_id=episode_id, seed=seed, task=obs["task"])
-            return CodeObservation(**obs)
+            self._state = state_cls(episode_id=episode_id, seed=seed, task=obs["task"])
+            return observation_cls(**obs)
 
-        def step(self, action: CodeAction, timeout_s: float | None = None, **kwargs: Any) -> CodeObservation:
+        def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
             obs = self.episode.step(action.kind, action.content)
             self._state.step_count += 1
             self._state.turn = obs["turn"]
-            return CodeObservation(**obs)
+            return observation_cls(**obs)
 
         # Code runs take tens of milliseconds to seconds in a subprocess or a remote call: run
         # them on worker threads so the server's other sessions keep going meanwhile.
-        async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> CodeObservation:
+        async def reset_async(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> Any:
             return await asyncio.to_thread(self.reset, seed, episode_id)
 
-        async def step_async(self, action: CodeAction, timeout_s: float | None = None, **kwargs: Any) -> CodeObservation:
+        async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
             return await asyncio.to_thread(self.step, action)
 
         @property
-        def state(self) -> CodeState:
+        def state(self) -> Any:
             return self._state
 
         def close(self) -> None:
             self.episode.close_session()
 
-    return {
-        "CodeAction": CodeAction,
-        "CodeObservation": CodeObservation,
-        "CodeState": CodeState,
-        "CodeInterpreterEnvironment": CodeInterpreterEnvironment,
-    }
+    return CodeInterpreterEnvironment
 
 
 __getattr__ = lazy_classes(__name__, _OPENENV_NAMES, _build_openenv_classes)

@@ -18,7 +18,10 @@ A session whose connection fails (the server died, the connection was reset or c
 came within `call_timeout_s`) ends only its own episode: `step` returns a `LostObservation` for it
 (failed, so the runner drops its group) and the slot is reconnected at its next `reset`, which
 retries with exponential backoff and returns a `LostObservation` if the server stays away for
-`connect_timeout_s`. A server at its `max_concurrent_envs` is waited on, within the same bound. `stats()` counts all of it for the job's logs.
+`connect_timeout_s`. A server at its `max_concurrent_envs` is waited on, within the same bound. A
+server that answers one session's call with an error (its environment raised, or the observation
+would not encode) ends only that episode (`ServerErrorObservation`, failed), never the call.
+`stats()` counts all of it for the job's logs.
 
 The server (when in-process) and the clients share one asyncio loop on one background thread: both
 sides are pure Python under one GIL, so a second thread would add hand-offs without adding
@@ -35,7 +38,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar
@@ -43,6 +46,7 @@ from urllib.parse import urlsplit
 
 from rlsvc.envs.serve import bind_socket, check_server, http_url, is_loopback, make_server, new_event_loop, wait_healthy
 from rlsvc.rollout.runner import FailedObservation
+from rlsvc.task import EnvSpec
 
 T = TypeVar("T")
 
@@ -72,6 +76,15 @@ class LostObservation(FailedObservation):
     outcome: str = "env_lost"
 
 
+@dataclass
+class ServerErrorObservation(FailedObservation):
+    """What a session returns when the server answered its reset or step with an error (its
+    environment raised, or its observation could not be sent): only that episode ends, failed,
+    the session stays open for its next reset, and `stats()["env_errors"]` counts it."""
+
+    outcome: str = "env_error"
+
+
 class SessionRefused(ConnectionError):
     """The server accepted the WebSocket, then refused it a session: it sent an error and closed
     (OpenEnv does so when it is at `max_concurrent_envs`, or when its environment factory fails)."""
@@ -83,24 +96,6 @@ class SessionRefused(ConnectionError):
     @property
     def at_capacity(self) -> bool:
         return self.code == "CAPACITY_REACHED"
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """What the pool serves: OpenEnv's environment factory and types, and how an action (as the
-    runner gives it) becomes the step payload. Built in the env actor's process."""
-
-    name: str
-    env_factory: Any
-    action_cls: type
-    observation_cls: type
-    state_cls: type
-    payload: Callable[[Any], dict[str, Any]]
-    quick_steps: bool = False
-    """Every reset and step is plain Python taking microseconds (no I/O, no subprocess): an
-    in-process pool then calls them one after another in its caller's thread, the fastest way
-    (rlsvc/envs/in_process.py). False (the default, safe for any environment): sessions are
-    stepped concurrently, as OpenEnv's server steps them."""
 
 
 def blackjack_spec(then_stick_at: int | None = None) -> EnvSpec:
@@ -127,6 +122,89 @@ def code_spec(settings: Any) -> EnvSpec:
     )
 
 
+class _HeldSession:
+    """The session handling of the pool's OpenEnv client (mixed in ahead of `EnvClient`, which
+    is imported only when a pool is built): a connect that makes sure the server holds a session,
+    a close that lets the server lead, and an abort for a failed session."""
+
+    _ws: Any
+    _ws_url: str
+    _connect_timeout: float
+    _max_message_size: int
+
+    async def connect(self) -> Any:
+        """Open the WebSocket and make sure the server holds a session for it. OpenEnv accepts
+        every WebSocket and only then refuses one it has no room for (an error, then close),
+        so one "state" request tells a held session from a refused one."""
+        from websockets.asyncio.client import connect as ws_connect
+        from websockets.exceptions import WebSocketException
+
+        if self._ws is not None:
+            return self
+        try:
+            ws = await ws_connect(
+                self._ws_url,
+                open_timeout=self._connect_timeout,
+                max_size=self._max_message_size,
+                # EnvClient.connect edits NO_PROXY around its await instead, which concurrent
+                # reconnects would interleave; a loopback server never goes through a proxy.
+                proxy=None if is_loopback(self._ws_url) else True,
+            )
+        except (OSError, WebSocketException) as e:  # refused, reset, timed out, bad handshake
+            raise ConnectionError(f"cannot connect to {self._ws_url}: {e}") from e
+        try:
+            await self._check_held(ws)
+        except BaseException:
+            ws.transport.abort()
+            raise
+        self._ws = ws
+        return self
+
+    async def _check_held(self, ws: Any) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            await ws.send(json.dumps({"type": "state"}))
+        except ConnectionClosed:
+            pass  # refused already; the reason may still be waiting to be read
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                reply = json.loads(await ws.recv())
+        except ConnectionClosed as e:
+            raise SessionRefused(self._ws_url, "CLOSED", f"closed at once: {e}") from e
+        except TimeoutError as e:
+            raise ConnectionError(f"{self._ws_url} did not answer within {self._connect_timeout:g} s") from e
+        data = reply.get("data") or {}
+        if reply.get("type") == "error" and data.get("code") in _REFUSALS:
+            raise SessionRefused(self._ws_url, data["code"], str(data.get("message", "")))
+
+    async def disconnect(self) -> None:
+        # OpenEnv 0.3.0's server answers a "close" message by closing the socket itself and
+        # logs a traceback when the client's close frame got there first (the base class
+        # sends both at once). So ask, then let the server lead the closing handshake.
+        from websockets.exceptions import ConnectionClosed
+
+        ws, self._ws = self._ws, None
+        if ws is None:
+            return
+        try:
+            await ws.send(json.dumps({"type": "close"}))
+        except ConnectionClosed:
+            return  # closed by the server or the network already: nothing left to free
+        try:
+            async with asyncio.timeout(5.0):
+                await ws.wait_closed()
+        except TimeoutError:
+            ws.transport.abort()  # a server that does not answer gets no handshake either
+
+    def abort(self) -> None:
+        """Drop the connection at once, without a closing handshake (a failed or silent
+        session: the server frees its session when the socket closes)."""
+        ws, self._ws = self._ws, None
+        if ws is not None:
+            ws.transport.abort()
+
+
 def _make_client_class(spec: EnvSpec) -> type:
     """OpenEnv's `EnvClient` specialised to the served action/observation types."""
     from rlsvc.envs.lazy import openenv_without_web_ui
@@ -134,12 +212,10 @@ def _make_client_class(spec: EnvSpec) -> type:
     with openenv_without_web_ui():
         from openenv.core.client_types import StepResult
         from openenv.core.env_client import EnvClient
-    from websockets.asyncio.client import connect as ws_connect
-    from websockets.exceptions import ConnectionClosed, WebSocketException
 
     obs_cls, state_cls, payload = spec.observation_cls, spec.state_cls, spec.payload
 
-    class PoolClient(EnvClient):  # type: ignore[type-arg]
+    class PoolClient(_HeldSession, EnvClient):  # type: ignore[type-arg]
         def _step_payload(self, action: Any) -> dict[str, Any]:
             return payload(action)
 
@@ -153,71 +229,6 @@ def _make_client_class(spec: EnvSpec) -> type:
 
         def _parse_state(self, result: dict[str, Any]) -> Any:
             return state_cls(**result)
-
-        async def connect(self) -> PoolClient:
-            """Open the WebSocket and make sure the server holds a session for it. OpenEnv accepts
-            every WebSocket and only then refuses one it has no room for (an error, then close),
-            so one "state" request tells a held session from a refused one."""
-            if self._ws is not None:
-                return self
-            try:
-                ws = await ws_connect(
-                    self._ws_url,
-                    open_timeout=self._connect_timeout,
-                    max_size=self._max_message_size,
-                    # EnvClient.connect edits NO_PROXY around its await instead, which concurrent
-                    # reconnects would interleave; a loopback server never goes through a proxy.
-                    proxy=None if is_loopback(self._ws_url) else True,
-                )
-            except (OSError, WebSocketException) as e:  # refused, reset, timed out, bad handshake
-                raise ConnectionError(f"cannot connect to {self._ws_url}: {e}") from e
-            try:
-                await self._check_held(ws)
-            except BaseException:
-                ws.transport.abort()
-                raise
-            self._ws = ws
-            return self
-
-        async def _check_held(self, ws: Any) -> None:
-            try:
-                await ws.send(json.dumps({"type": "state"}))
-            except ConnectionClosed:
-                pass  # refused already; the reason may still be waiting to be read
-            try:
-                async with asyncio.timeout(self._connect_timeout):
-                    reply = json.loads(await ws.recv())
-            except ConnectionClosed as e:
-                raise SessionRefused(self._ws_url, "CLOSED", f"closed at once: {e}") from e
-            except TimeoutError as e:
-                raise ConnectionError(f"{self._ws_url} did not answer within {self._connect_timeout:g} s") from e
-            data = reply.get("data") or {}
-            if reply.get("type") == "error" and data.get("code") in _REFUSALS:
-                raise SessionRefused(self._ws_url, data["code"], str(data.get("message", "")))
-
-        async def disconnect(self) -> None:
-            # OpenEnv 0.3.0's server answers a "close" message by closing the socket itself and
-            # logs a traceback when the client's close frame got there first (the base class
-            # sends both at once). So ask, then let the server lead the closing handshake.
-            ws, self._ws = self._ws, None
-            if ws is None:
-                return
-            try:
-                await ws.send(json.dumps({"type": "close"}))
-            except ConnectionClosed:
-                return  # closed by the server or the network already: nothing left to free
-            try:
-                async with asyncio.timeout(5.0):
-                    await ws.wait_closed()
-            except TimeoutError:
-                ws.transport.abort()  # a server that does not answer gets no handshake either
-
-        def abort(self) -> None:
-            """Drop the connection at once, without a closing handshake (a failed or silent
-            session: the server frees its session when the socket closes)."""
-            ws, self._ws = self._ws, None
-            if ws is not None:
-                ws.transport.abort()
 
     return PoolClient
 
@@ -267,7 +278,7 @@ class EnvPool:
         self._server: Any = None
         self._clients: list[Any] = []
         self._broken: set[int] = set()  # slots whose session failed; reconnected at their next reset
-        self._stats = dict.fromkeys(("sessions_lost", "reconnects", "env_lost", "capacity_refusals"), 0)
+        self._stats = dict.fromkeys(("sessions_lost", "reconnects", "env_lost", "capacity_refusals", "env_errors"), 0)
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="rlsvc-envpool", daemon=True)
         self._thread.start()
@@ -318,7 +329,8 @@ class EnvPool:
         """Counters since the pool opened, for the job's logs: `sessions_lost` (connections that
         failed or went silent), `reconnects` (lost sessions opened again), `env_lost`
         (`LostObservation`s returned: episodes dropped), `capacity_refusals` (sessions a full server
-        refused, then waited for) and `open_sessions` (slots holding a live session now)."""
+        refused, then waited for), `env_errors` (calls the server answered with an error: episodes
+        dropped) and `open_sessions` (slots holding a live session now)."""
         return {**self._stats, "open_sessions": self.num_sessions - len(self._broken)}
 
     def close(self) -> None:
@@ -355,7 +367,7 @@ class EnvPool:
         # No keep-alive pings: the clients live in this process, so they cannot vanish alone.
         server = make_server(self.spec, self.num_sessions, keepalive_s=None)
         sock = bind_socket(_HOST, 0)
-        self.port: int | None = sock.getsockname()[1]
+        self.port = sock.getsockname()[1]
         self._url = f"http://{_HOST}:{self.port}"
         self._serve_future = asyncio.run_coroutine_threadsafe(server.serve(sockets=[sock]), self._loop)
         self._server = server  # close() stops it from here on
@@ -418,6 +430,8 @@ class EnvPool:
                 if left <= 0:
                     return self._lost(f"no session within {self._connect_timeout_s:g} s ({tries} tries): {type(e).__name__}: {e}")
                 await asyncio.sleep(min(self._backoff(tries - 1), left))
+            except Exception as e:  # the server's error reply (OpenEnv's client raises RuntimeError)
+                return self._server_error(slot, "reset", e)
 
     async def _remote_step(self, slot: int, action: Any) -> Any:
         if slot in self._broken:
@@ -431,6 +445,8 @@ class EnvPool:
         except self._lost_errors as e:
             self._lose(slot, e)
             return self._lost(f"{type(e).__name__}: {e}")
+        except Exception as e:  # the server's error reply (OpenEnv's client raises RuntimeError)
+            return self._server_error(slot, "step", e)
 
     async def _batch(self, slots: Sequence[int], calls: list[Coroutine[Any, Any, Any]], timeout: float) -> list[Any]:
         """One call per session, all at once. Every call is waited for (a failing one does not
@@ -460,6 +476,11 @@ class EnvPool:
             self._stats["sessions_lost"] += 1
             log.debug("env session %d at %s lost: %s: %s", slot, self._url, type(error).__name__, error)
         self._clients[slot].abort()
+
+    def _server_error(self, slot: int, call: str, error: Exception) -> ServerErrorObservation:
+        self._stats["env_errors"] += 1
+        log.warning("env session %d at %s: %s answered %s: %s", slot, self._url, call, type(error).__name__, error)
+        return ServerErrorObservation(f"{type(error).__name__}: {' '.join(str(error).split())[:300]}")
 
     def _lost(self, error: str) -> LostObservation:
         self._stats["env_lost"] += 1

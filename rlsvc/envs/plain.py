@@ -6,13 +6,21 @@ FastMCP with it: about 6 CPU-seconds per process, of about 100 for a small job).
 driver only reads an observation's fields, so the env actor sends those: a `PlainObservation`
 with the same attribute names and values. Failed observations (`FailedObservation` and its
 subclasses) are rlsvc dataclasses and travel as they are.
+
+Only an episode's final observation's `reward` is its return: the env actor warns once (in its log,
+which Ray forwards to the driver) when an environment sets a reward on an observation that does
+not end the episode, instead of dropping it silently.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
+
+log = logging.getLogger(__name__)
+_warned_early_reward = False
 
 
 class PlainObservation(SimpleNamespace):
@@ -44,4 +52,27 @@ def plain(observation: Any) -> Any:
 
 
 def plain_all(observations: Sequence[Any]) -> list[Any]:
+    """`plain` of each observation (what an env actor returns from reset and step)."""
+    warn_early_rewards(observations)
     return [plain(o) for o in observations]
+
+
+def warn_early_rewards(observations: Sequence[Any]) -> None:
+    """Warn, once per process, about a non-zero reward on an observation that does not end its
+    episode: the loop takes an episode's return from its final observation alone, so such a
+    reward is not counted (an environment that earns rewards along the way reports their sum at
+    the end)."""
+    global _warned_early_reward
+    if _warned_early_reward:
+        return
+    for obs in observations:
+        reward = getattr(obs, "reward", None)
+        if reward and not getattr(obs, "done", True):
+            _warned_early_reward = True
+            log.warning(
+                "%s: reward %r on an observation that does not end its episode is not counted: only the final "
+                "observation's reward is the episode's return (report the sum at the end; docs/tasks.md)",
+                type(obs).__name__,
+                reward,
+            )
+            return

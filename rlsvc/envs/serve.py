@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from rlsvc.envs.openenv_pool import EnvSpec
+    from rlsvc.task import EnvSpec
 
 # A standalone server pings its clients, so that sessions of a client whose host vanished
 # without closing its sockets (a lost node, a network partition) are freed after ~2 pings

@@ -167,6 +167,7 @@ def build_chat_tokenizer(family: str, vocab_size: int = 768, seed: int = 0):
     core.train_from_iterator(corpus(seed), trainer=trainer)
     core.add_special_tokens(list(style.specials))  # ids after the learned vocabulary
     if style.add_bos:
+        assert style.bos is not None, "a style that adds a start token names it"
         bos_id = core.token_to_id(style.bos)
         core.post_processor = processors.Sequence(
             [

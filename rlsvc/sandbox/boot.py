@@ -11,8 +11,11 @@ inherited by every process the run starts. What it denies (EPERM, so Python rais
 PermissionError) is kernel surface no program here needs and escapes have used: new namespaces
 (unshare, setns, clone with a CLONE_NEW* flag), mounts, io_uring, keyrings (keyctl, add_key,
 request_key: the service's session keyring is out of reach), bpf, ptrace and other processes'
-memory, perf events, userfaultfd, kernel modules and kexec. clone3 answers ENOSYS: its flags sit
-in memory a filter cannot read, and the C library then falls back to clone.
+memory, perf events, userfaultfd, kernel modules and kexec, and netlink sockets (a
+NETLINK_KOBJECT_UEVENT socket received the host's kernel device events; the run's network
+namespace has no interface to ask netlink about, and the C library's resolver carries on
+without it). clone3 answers ENOSYS: its flags sit in memory a filter cannot read, and the C
+library then falls back to clone.
 """
 
 import errno
@@ -64,6 +67,7 @@ CLONE_NEW = {
     "CLONE_NEWNET": 0x40000000,
     "CLONE_NEWTIME": 0x00000080,
 }
+AF_NETLINK = 16
 
 
 def load_filter(libraries: dict[str, str]) -> None:
@@ -83,9 +87,10 @@ def load_filter(libraries: dict[str, str]) -> None:
         f.add_rule(sc.ERRNO(errno.EPERM), name)
     for flag in CLONE_NEW.values():
         f.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    f.add_rule(sc.ERRNO(errno.EPERM), "socket", sc.Arg(0, sc.EQ, AF_NETLINK))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     f.load()
-    del sys.modules["ctypes.util"], ctypes.util, sys.modules["pyseccomp"]  # the run imports its own
+    del sys.modules["ctypes.util"], ctypes.util, sys.modules["pyseccomp"]  # type: ignore[attr-defined]  # the run imports its own
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ def build_app(api_key: str, limits: SandboxLimits | None = None, timeout_s: floa
     box = LocalSandbox(limits)
     sessions: dict[str, LocalSession] = {}
     faults: collections.deque[str] = collections.deque()
-    stats = collections.Counter()
+    stats: collections.Counter[str] = collections.Counter()
 
     @app.post("/v1/tci/execute")
     async def execute(request: Request) -> Any:

@@ -9,9 +9,10 @@ What confines a run (Linux; util-linux's prlimit, unshare and setpriv):
 - namespaces (unshare): no network (a new network namespace whose only interface is down); its
   own PID namespace, so when the run ends every process it started dies with it, background
   children and daemons included; its own mount namespace with a root built for it (`_INSIDE`):
-  the system's /usr read-only, package folders covered, /tmp the run's private folder, small
-  empty tmpfs for /dev/shm, /run, /var and /home, nothing else of the host; /proc shows only the
-  run's processes;
+  the system's /usr read-only, package folders covered, /tmp a size-limited tmpfs of the run's
+  own (`SandboxLimits.disk_mb`) holding its program, small empty tmpfs for /dev/shm, /run, /var
+  and /home, nothing else of the host; /proc shows only the run's processes. Every byte it can
+  write is in memory, charged to its cgroup, and gone with its mount namespace: no host disk;
 - a user of its own (setpriv, when the service runs as root; leased node-wide, `UidPool`): a
   uid with no files, so it can write nowhere but its folder, read no private file of the
   service, and its process limit is its own (root ignores RLIMIT_NPROC);
@@ -44,6 +45,7 @@ from pathlib import Path
 import pyseccomp
 
 from rlsvc.sandbox import cgroup
+from rlsvc.sandbox.text import valid_utf8
 
 log = logging.getLogger(__name__)
 # The run's first code (boot.py: loads its syscall filter, then runs main.py) and what it needs
@@ -56,13 +58,17 @@ UID_BASE, UID_POOL = 200_000, 50_000  # uids with no files and no passwd entry
 # empty tmpfs and enters it. Read-only: the system's /usr (interpreter, standard library, tools;
 # its site-packages covered by empty read-only mounts, since that is where the service and its
 # hidden tests are installed in an image), the dynamic linker's cache, four device nodes.
-# Writable and size-limited: /tmp (the run's folder), /dev/shm, /run, /var, /home. Nothing else of
-# the host: not the project, not the service's files, not a host unix socket.
-# Arguments: the run's folder, the empty folder the root is built on, the site folders to cover
-# (":"-separated), then the command.
+# Writable and size-limited, all tmpfs: /tmp (the run's program copied in, owned by the run's
+# uid), /dev/shm, /run, /var, /home. A tmpfs bounds the bytes written in total, `fallocate`
+# reservations included (a per-file size limit does not: 128 files within it took 1 GB of host
+# disk), and its pages are charged to the memory cgroup of the process that writes them: the
+# run's. Nothing else of the host: not the project, not the service's files, not a host unix socket.
+# Arguments: the run's folder (its program), the empty folder the root is built on, the site
+# folders to cover (":"-separated), /tmp's size in MB, the uid that owns /tmp, then the command.
 _INSIDE = r"""
 set -e
 R="$2"
+TMP_INODES=16384
 mount -t tmpfs -o size=1m,mode=755 rlsvc-root "$R"
 mkdir "$R/usr" "$R/etc" "$R/proc" "$R/dev" "$R/tmp" "$R/run" "$R/var" "$R/home"
 mount --rbind /usr "$R/usr"
@@ -84,9 +90,10 @@ ln -s /proc/self/fd "$R/dev/fd"
 mkdir "$R/dev/shm"
 mount -t tmpfs -o size=16m,mode=1777 tmpfs "$R/dev/shm"
 for d in run var home; do mount -t tmpfs -o size=1m,mode=1777 tmpfs "$R/$d"; done
-mount --bind "$1" "$R/tmp"
+mount -t tmpfs -o "size=$4m,nr_inodes=$TMP_INODES,mode=700,uid=$5,gid=$5" rlsvc-tmp "$R/tmp"
+cp -a "$1/." "$R/tmp/"
 mount -t proc proc "$R/proc"
-shift 3
+shift 5
 exec "$(PATH="/usr/sbin:/sbin:$PATH" command -v chroot)" "$R" /bin/sh -c 'cd /tmp && exec "$@"' rlsvc-sandbox "$@"
 """
 
@@ -190,6 +197,10 @@ class SandboxLimits:
     """CPU seconds per process (the wall-clock timeout bounds the whole run)."""
     file_mb: int = 8
     """Largest file the run may write, stdout and stderr included."""
+    disk_mb: int = 64
+    """Size of the run's /tmp, a tmpfs (16,384 files at most) whose pages count against the run's
+    memory. The run's writable space in total: this, 16 MB of /dev/shm and 1 MB each of /run,
+    /var and /home (`_INSIDE`); nothing on the host's disk."""
     open_files: int = 64
     """Open file descriptors per process."""
     processes: int = 32
@@ -213,6 +224,15 @@ class SandboxResult:
     limit hit, or the timeout; None when it exited 0."""
     elapsed_s: float = 0.0
     extra: dict = field(default_factory=dict)
+    replaced: int = 0
+    """Characters of stdout, stderr and error that were not valid UTF-8 (lone surrogates) and
+    were replaced with U+FFFD here, so the result always encodes (rlsvc/sandbox/text.py)."""
+
+    def __post_init__(self) -> None:
+        self.stdout, a = valid_utf8(self.stdout)
+        self.stderr, b = valid_utf8(self.stderr)
+        self.error, c = valid_utf8(self.error) if self.error is not None else (None, 0)
+        self.replaced += a + b + c
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -234,6 +254,17 @@ def _site_dirs(python: str) -> list[str]:
     return sorted({p for p in out.stdout.splitlines() if p.startswith("/usr/") and ":" not in p})
 
 
+def signal_name(number: int) -> str:
+    """`SIGSEGV`, `SIGRTMIN+3`, or `signal 99`: a name for any signal number, never an error."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        pass
+    if signal.SIGRTMIN < number < signal.SIGRTMAX:
+        return f"SIGRTMIN+{number - signal.SIGRTMIN}"
+    return f"signal {number}"
+
+
 def _error_line(
     stderr: str, exit_code: int | None, timed_out: bool, timeout_s: float, limits: SandboxLimits, out_of_memory: bool = False
 ) -> str | None:
@@ -241,10 +272,10 @@ def _error_line(
         return f"TimeoutError: no result within {timeout_s:g} s (wall clock)"
     if exit_code == 0:
         return None
-    if out_of_memory and exit_code is not None and exit_code < 0 and signal.Signals(-exit_code) == signal.SIGKILL:
+    if out_of_memory and exit_code == -signal.SIGKILL:
         return f"Killed: memory limit of the run ({limits.run_memory_mb} MB, all its processes together)"
     if exit_code is not None and exit_code < 0:
-        sig = signal.Signals(-exit_code).name
+        sig = signal_name(-exit_code)
         reason = {
             "SIGXCPU": f"CPU limit of {limits.cpu_s} s",
             "SIGXFSZ": f"file-size limit of {limits.file_mb} MB",
@@ -257,6 +288,16 @@ def _error_line(
         if not line.startswith((" ", "\t", "Traceback")):
             return line.strip()[:500]
     return f"exit status {exit_code}"
+
+
+def _source_bytes(code: str) -> bytes:
+    """The program's file. Bytes that were not UTF-8 (read with surrogateescape, as the CLI
+    reads stdin) go back as they were; other surrogates as their code points' bytes: either way
+    the run reports the SyntaxError, and writing the file never fails."""
+    try:
+        return code.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return code.encode("utf-8", "surrogatepass")
 
 
 class LocalSandbox:
@@ -303,7 +344,9 @@ class LocalSandbox:
         drop = drop if self.as_root else []
         code = [*drop, self.python, "-I", "-B", "-X", "utf8", f"/tmp/{BOOT_DIR}/boot.py", *self.libraries]
         hidden = ":".join(self.site_dirs)
-        cmd = ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", str(folder), str(root), hidden, *code]
+        owner = str(uid if self.as_root else 0)  # without root, the service's user is root in its user namespace
+        inside = [str(folder), str(root), hidden, str(lim.disk_mb), owner]
+        cmd = ["prlimit", *limits, "--", "unshare", *ns, "sh", "-c", _INSIDE, "rlsvc-sandbox", *inside, *code]
         # the run's first process joins its cgroup before it starts anything, then becomes the run
         join = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
         return ["sh", "-c", join, "rlsvc-cgroup", str(len(cgroup_procs)), *cgroup_procs, *cmd]
@@ -324,7 +367,7 @@ class LocalSandbox:
             if not self.no_cgroups:
                 limits = self.limits
                 run_cgroup = cgroup.RunCgroup(cgroup.RunLimits(limits.run_memory_mb * 2**20, limits.processes, limits.cpus))
-            (folder / "main.py").write_text(code)
+            (folder / "main.py").write_bytes(_source_bytes(code))
             boot = folder / BOOT_DIR  # the service's (root's, under root): the run reads it and cannot change it
             boot.mkdir()
             for source in BOOT_FILES:
@@ -359,8 +402,9 @@ class LocalSandbox:
             elapsed = time.perf_counter() - t0
             stdout = out.read_bytes()[:OUTPUT_LIMIT].decode("utf-8", "replace")
             stderr = err.read_bytes()[:OUTPUT_LIMIT].decode("utf-8", "replace")
-            if exit_code is not None and exit_code > 128 and not timed_out:  # sh/unshare report a signal as 128+n
-                exit_code = -(exit_code - 128)
+            # A signal that killed the run comes back negative: every process between here and
+            # the code execs the next, and unshare re-raises its child's signal on itself. So a
+            # status above 128 is the code's own (os._exit(163)), never a signal's 128+n.
             if exit_code == 1 and stderr.endswith(_UNSHARE_SIGKILLED):
                 # unshare re-raises the signal that killed the run on itself, which it cannot do
                 # for SIGKILL (the memory limit of the run's cgroup, for one): it says so and exits 1
@@ -378,13 +422,21 @@ class LocalSandbox:
 
 _UNSHARE_SIGKILLED = "unshare: sigprocmask unblock failed: Invalid argument\n"
 ERROR_MARK = "<<rlsvc-cell-error>>"
+CELL_RAISED = 86
+"""The exit status of a session run whose cell raised. The harness reports the exception by
+exiting with it: code cannot redirect an exit status, as it can redirect standard error (a
+cell that pointed fd 2 at /dev/null switched the error penalty off for every later cell)."""
 
 
 def session_program(previous: list[str], code: str) -> str:
     """A program that replays a session's earlier cells (their output discarded) and then runs
-    `code`; an exception in `code` is printed to stderr after ERROR_MARK."""
+    `code`. An exception in `code` ends the run with status CELL_RAISED, after its traceback is
+    written after ERROR_MARK to the harness's own copy of standard error (taken before any cell
+    ran, so a cell that redirects fd 2 or sys.stderr does not divert it; one that closes it loses
+    only the message)."""
     return f"""
-import contextlib, io, sys, traceback
+import contextlib, io, os, sys, traceback
+_report, _exit = os.dup(2), os._exit
 _g = {{"__name__": "__main__"}}
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
     for _cell in {previous!r}:
@@ -395,9 +447,12 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.St
 try:
     exec(compile({code!r}, "<cell>", "exec"), _g)
 except BaseException:
-    sys.stdout.flush()
-    print({ERROR_MARK!r}, file=sys.stderr)
-    traceback.print_exc()
+    try:
+        sys.stdout.flush()
+        os.write(_report, ({ERROR_MARK!r} + "\\n" + traceback.format_exc()).encode("utf-8", "backslashreplace"))
+    except BaseException:
+        pass
+    _exit({CELL_RAISED})
 """
 
 
@@ -413,11 +468,14 @@ class LocalSession:
 
     def execute(self, code: str) -> SandboxResult:
         result = self.box.run(session_program(self.cells, code), self.timeout_s)
-        stderr, marked, trace = result.stderr.partition(ERROR_MARK + "\n")
-        if marked:
+        if result.exit_code == CELL_RAISED and not result.timed_out:
+            # the last mark is the harness's: it writes it as the run's last act
+            stderr, marked, trace = result.stderr.rpartition(ERROR_MARK + "\n")
             lines = [ln for ln in trace.strip().splitlines() if ln.strip()]
-            result = SandboxResult(result.stdout, stderr + trace, 1, False, lines[-1].strip()[:500] if lines else "error", result.elapsed_s)
-        elif result.exit_code == 0:
+            error = lines[-1].strip()[:500] if marked and lines else "Error: the cell raised (its error report was closed)"
+            stderr = stderr + trace if marked else result.stderr
+            return SandboxResult(result.stdout, stderr, 1, False, error, result.elapsed_s, replaced=result.replaced)
+        if result.exit_code == 0:
             self.cells.append(code)
         return result
 

@@ -1,15 +1,3 @@
-"""Tasks scored by running code: shipped programming problems with hidden unit tests, and a
-seeded generator of arithmetic word problems with numeric answers."""
-
-from rlsvc.tasks.arithmetic import ArithmeticProblem, arithmetic_problem, parse_number
-from rlsvc.tasks.programming import ProgrammingProblem, load_problems, score_output, unit_test_program
-
-__all__ = [
-    "ArithmeticProblem",
-    "ProgrammingProblem",
-    "arithmetic_problem",
-    "load_problems",
-    "parse_number",
-    "score_output",
-    "unit_test_program",
-]
+"""The built-in tasks (plug-ins of `rlsvc.task.Task`): BlackJack and the code environment, and
+the registry that loads a task by name. The code environment's problem sets and its scorer are
+in `rlsvc.problems`."""

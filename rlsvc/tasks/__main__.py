@@ -13,7 +13,7 @@ import importlib
 import inspect
 import sys
 
-SCORER = "rlsvc.tasks.scorer_cli"
+SCORER = "rlsvc.problems.__main__"
 """The module that scores a programming problem; `score` and `problems` are handed to it."""
 SCORER_COMMANDS = {"score": "score", "problems": "list"}
 """Our command -> the scorer's own."""

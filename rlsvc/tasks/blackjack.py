@@ -21,12 +21,16 @@ from rlsvc.envs.blackjack import (
     parse_action,
     parse_chat_action,
 )
-from rlsvc.task import GreedyChooser, Prompt, Task, outcome_rates
+from rlsvc.saved_policy import CheckpointError, SavedPolicy, check_folder, read_meta
+from rlsvc.task import EnvSpec, GreedyChooser, Prompt, Task, outcome_rates
+from rlsvc.tasks.blackjack_eval import Policy, TablePolicy, all_states, deal_paths, evaluate
 
 ANSWERS = ["HIT", "STAND"]
 """The words-mode answers."""
 CHAT_ANSWERS = [chat_answer("hit"), chat_answer("stand")]
 """The chat-mode answers (canonical forms; `parse` accepts looser ones)."""
+PROMPT_FORMATS = {"blackjack/v1": False, "blackjack/chat-v1": True}
+"""The BlackJack prompt formats a checkpoint may name (rlsvc.json `prompt`) -> chat or not."""
 
 
 class BlackjackTask(Task):
@@ -46,7 +50,7 @@ class BlackjackTask(Task):
     def from_config(cls, env: Any) -> BlackjackTask:
         return cls(env.then_stick_at, chat=getattr(env, "chat", False), system=getattr(env, "system_prompt", None))
 
-    def env_spec(self) -> Any:
+    def env_spec(self) -> EnvSpec:
         from rlsvc.envs.openenv_pool import blackjack_spec
 
         return blackjack_spec(self.then_stick_at)
@@ -88,24 +92,19 @@ class BlackjackTask(Task):
     def validate(self, choose: GreedyChooser, episodes: int, seed: int) -> float:
         """The greedy policy is a table over ~280 states: ask the trainer once per state, then
         play `episodes` deals by the plain rules."""
-        from rlsvc.eval import TablePolicy, all_states, evaluate
-
         states = all_states()
         answers = self.answers()
         picks = choose(states, answers)
-        table = {tuple(s): self.parse(answers[i]) for s, i in zip(states, picks)}
+        table = {tuple(s): str(self.parse(answers[i])) for s, i in zip(states, picks)}
         return evaluate(TablePolicy(table), episodes, seed, then_stick_at=self.then_stick_at)["mean_return"]
 
     def prepare_validation(self, episodes: int, seed: int) -> None:
         """Deal the validation hands (0.7 s for 20000 in Python); kept for every `validate`."""
-        from rlsvc.eval import deal_paths
-
         deal_paths(episodes, seed)
 
     def reference_returns(self, episodes: int, seed: int) -> dict[str, float]:
         """The optimal policy, stick-at-17 and always-stand, each played as a table like `validate`."""
         from rlsvc.envs.blackjack import optimal_policy, stick_at
-        from rlsvc.eval import TablePolicy, all_states, evaluate
 
         policies = {"optimal": optimal_policy(), "stick at 17": stick_at(17), "always stand": lambda view: "stand"}
         return {
@@ -116,6 +115,27 @@ class BlackjackTask(Task):
         }
 
     def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float]:
-        from rlsvc.eval import evaluate, load_policy
-
         return evaluate(load_policy(checkpoint), episodes, seed, then_stick_at=self.then_stick_at)
+
+
+def load_policy(directory: str | Path, device: str = "cpu") -> Policy:
+    """The BlackJack policy saved in `directory` by `rlsvc.train` (or any HF causal LM with its
+    tokenizer), prompted as its rlsvc.json says (words when it has none):
+    `load_policy(DIR).act([observation, ...])` -> ["hit", "stand", ...]."""
+    folder = Path(directory)
+    check_folder(folder)
+    chat, system = _chat_format(folder)
+    saved = SavedPolicy.load(folder, device)
+    return Policy(saved.model, saved.tokenizer, device, BlackjackTask(chat=chat, system=system))
+
+
+def _chat_format(folder: Path) -> tuple[bool, str | None]:
+    """Whether the checkpoint was trained on chat prompts, and with which system message, from its
+    rlsvc.json; a checkpoint of another task is refused rather than played with prompts it never saw."""
+    meta, meta_file = read_meta(folder), folder / "rlsvc.json"
+    if meta.get("task", "blackjack") != "blackjack":
+        raise CheckpointError(f"not a BlackJack checkpoint (task {meta['task']!r} in {meta_file})")
+    prompt = meta.get("prompt", "blackjack/v1")
+    if prompt not in PROMPT_FORMATS:
+        raise CheckpointError(f"unknown prompt format {prompt!r} in {meta_file}; expected one of {', '.join(PROMPT_FORMATS)}")
+    return PROMPT_FORMATS[prompt], meta.get("system_prompt")

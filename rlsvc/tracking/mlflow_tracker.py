@@ -104,6 +104,7 @@ class MlflowTracker:
                 name=name,
                 python_model=str(Path(__file__).with_name("policy_pyfunc.py")),
                 artifacts={"checkpoint": str(checkpoint)},
+                code_paths=[str(Path(__file__).parents[1] / "saved_policy.py")],  # the model's prompt encoding, without rlsvc
                 input_example=example_prompts,
                 pip_requirements=[
                     f"mlflow=={mlflow.__version__}",

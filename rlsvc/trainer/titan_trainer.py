@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -363,7 +363,7 @@ class TitanTrainer(_PolicyBase):
 
         # the gather already produces fresh CPU tensors, so no second copy is needed
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return self.spec.to_hf(full, copy=False, lazy_permute=lazy_permute) if self.rank == 0 else {}
+        return self.spec.to_hf(cast(dict[str, torch.Tensor], full), copy=False, lazy_permute=lazy_permute) if self.rank == 0 else {}
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load full HF-named weights; with FSDP every rank passes the same full dict."""
@@ -373,7 +373,7 @@ class TitanTrainer(_PolicyBase):
             return
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        set_model_state_dict(self.model, titan_sd, options=StateDictOptions(full_state_dict=True))
+        set_model_state_dict(self.model, cast(Any, titan_sd), options=StateDictOptions(full_state_dict=True))
 
     def save_checkpoint(self, directory: str) -> None:
         """Model and optimiser (AdamW moments, step counts) as a sharded torch.distributed
@@ -396,12 +396,12 @@ class TitanTrainer(_PolicyBase):
         if "://" in directory:  # an object store (s3://...): fsspec, as dcp.load picks for a URI
             from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 
-            reader = FsspecReader(directory)
+            reader: Any = FsspecReader(directory)
         else:
             reader = dcp.FileSystemReader(directory)
         saved = reader.read_metadata().state_dict_metadata
         if not any(k.startswith("optim") for k in saved):  # saved before the first step
-            state = {"model": get_model_state_dict(self.model)}
+            state: dict[str, Any] = {"model": get_model_state_dict(self.model)}
             dcp.load(state, checkpoint_id=directory)
             set_model_state_dict(self.model, state["model"])
             return

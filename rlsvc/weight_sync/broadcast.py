@@ -30,8 +30,9 @@ class GlooSender:
         self.publisher = publisher
         self.world = world
         self.store, self.address = host(node_ip, world)
-        self.pg: dist.ProcessGroupGloo | None = None
-        self.flat: torch.Tensor | None = None
+        # Any: torch's stubs leave out the broadcast that ProcessGroupGloo binds at run time
+        self.pg: Any = None
+        self.flat: Any = None  # the staged version's bytes, from `snapshot`
 
     def info(self) -> str:
         return self.address
@@ -59,7 +60,7 @@ class GlooSender:
 class GlooReceiver:
     def __init__(self, engine: Any, address: str, rank: int, world: int) -> None:
         self.engine = engine
-        self.pg = dist.ProcessGroupGloo(join(address, world), rank, world, TIMEOUT)
+        self.pg: Any = dist.ProcessGroupGloo(join(address, world), rank, world, TIMEOUT)  # broadcast: see GlooSender
         self.flat = torch.empty(0, dtype=torch.uint8)
 
     def receive(self, manifest: Manifest) -> dict[str, float | str]:

@@ -112,7 +112,7 @@ class Digest:
         t = tensor.detach().to("cpu").contiguous()
         self._h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
         # bytes through a uint8 view: every dtype (bf16 included), no numpy dtype needed
-        self._h.update(memoryview(t.view(-1).view(torch.uint8).numpy()))
+        self._h.update(t.view(-1).view(torch.uint8).numpy().data)
 
     def hexdigest(self) -> str:
         return self._h.hexdigest(length=16)

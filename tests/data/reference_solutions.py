@@ -1,4 +1,4 @@
-"""Reference solutions to rlsvc/tasks/programming.jsonl, one per problem id: the tests check that
+"""Reference solutions to rlsvc/problems/programming.jsonl, one per problem id: the tests check that
 every hidden test passes on these (so a wrong test cannot ship) and fails on a wrong answer."""
 
 SOLUTIONS = {

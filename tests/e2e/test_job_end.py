@@ -1,6 +1,6 @@
 """The end of a job: once the final policy is saved, the actors stop (engines and process groups
 closed, CPUs and GPUs back to the cluster), and then the local cluster the job started shuts
-down, while the driver evaluates the saved policy, not after (`run` in rlsvc/job.py). The job's
+down, while the driver evaluates the saved policy, not after (`finish` in rlsvc/job/finish.py). The job's
 task (tests/e2e/job_end/stop_probe.py, BlackJack) waits in its final evaluation, at most 90 s,
 until Ray lists none of the job's named actors and the driver is no longer connected; were they
 stopped only after the evaluation, it would find them all still there when its wait ran out.

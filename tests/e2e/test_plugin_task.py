@@ -1,7 +1,9 @@
 """A task from outside rlsvc trains through the public interface only: the example QA task
 (examples/qa_task/) selected by its `rlsvc.tasks` entry point, as a pip-installed task is, through
 real Ray, vLLM, TorchTitan, OpenEnv and MLflow; no file under rlsvc/ names it. (Selecting it by
-import path resolves to the same class: tests/unit/test_task_interface.py checks both.)"""
+import path resolves to the same class: tests/unit/test_task_interface.py checks both.) A new
+single-turn task of 25 lines written from docs/tasks.md (tests/data/last_digit_task.py) trains the
+same way, and `rlsvc.eval` evaluates its saved policy as the job's final evaluation did."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "qa_task"
+DATA = REPO / "tests" / "data"
 STEPS = 2
 
 
@@ -43,29 +46,27 @@ def entry_point_path(folder: Path) -> Path:
     return folder
 
 
-def test_the_example_task_trains_by_its_entry_point(tmp_path):
-    pythonpath = [str(EXAMPLE), str(entry_point_path(tmp_path / "site"))]
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.pathsep.join(pythonpath)}
+def train(tmp_path: Path, pythonpath: list[str], *overrides: str) -> tuple[dict, str, dict]:
+    """Run `rlsvc.train` on the example's tiny config with `overrides`: (result.json, the MLflow
+    URI, the environment it ran in)."""
+    # this checkout's rlsvc first, whatever copy is installed
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.pathsep.join([str(REPO), *pythonpath])}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [
-        sys.executable,
-        "-m",
-        "rlsvc.train",
-        "--config",
-        str(EXAMPLE / "qa_tiny.yaml"),
-        f"run.steps={STEPS}",
-        "eval.every_steps=1",
-        f"run.output_dir={tmp_path / 'runs'}",
-        f"tracking.tracking_uri={uri}",
-        "env.task=qa",
-    ]
+    cmd = [sys.executable, "-m", "rlsvc.train", "--config", str(EXAMPLE / "qa_tiny.yaml"), f"run.steps={STEPS}"]
+    cmd += [f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", *overrides]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    return json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text()), uri, env
+
+
+def test_the_example_task_trains_by_its_entry_point(tmp_path):
+    result, uri, _ = train(tmp_path, [str(EXAMPLE), str(entry_point_path(tmp_path / "site"))], "eval.every_steps=1", "env.task=qa")
 
     from mlflow.tracking import MlflowClient
 
-    result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
-    assert result["steps"] == STEPS and result["eval"] == {}  # the task has no final evaluation: switched off
+    assert result["steps"] == STEPS
+    # the single-turn base's evaluation of the saved policy: greedy answers to the 44 questions validation asks
+    assert result["eval"]["episodes"] == 44 and 0.0 <= result["eval"]["mean_return"] <= 1.0
     client = MlflowClient(uri)
     run = client.get_run(result["mlflow_run_id"])
     assert run.info.status == "FINISHED" and run.data.params["env.type"] == "plugin"
@@ -76,4 +77,21 @@ def test_the_example_task_trains_by_its_entry_point(tmp_path):
     assert metrics["invalid_rate"] == 0.0  # decoding is constrained to the ten digits
     assert metrics["correct_rate"] + metrics["wrong_rate"] == 1.0 and 0.0 <= metrics["eval/val_return"] <= 1.0
     transcripts = [json.loads(line) for line in Path(result["checkpoint"]).parent.joinpath("transcripts.jsonl").read_text().splitlines()]
-    assert transcripts and all(t["turns"][0]["obs"]["question"].endswith("=") and t["outcome"] in ("correct", "wrong") for t in transcripts)
+    assert transcripts and all(t["turns"][0]["obs"]["prompt"].endswith("=") and t["outcome"] in ("correct", "wrong") for t in transcripts)
+
+
+def test_a_new_single_turn_task_trains_and_rlsvc_eval_scores_its_policy(tmp_path):
+    task = "env.task=last_digit_task:LastDigitTask"
+    result, uri, env = train(tmp_path, [str(DATA)], task, "env.options={}", "eval.every_steps=0", "eval.episodes=30")
+
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(uri).get_run(result["mlflow_run_id"])
+    assert result["steps"] == STEPS and run.info.status == "FINISHED"
+    metrics = run.data.metrics
+    assert metrics["invalid_rate"] == 0.0 and metrics["correct_rate"] + metrics["wrong_rate"] == 1.0
+    assert result["eval"]["episodes"] == 30 and 0.0 <= result["eval"]["mean_return"] <= 1.0
+    cmd = [sys.executable, "-m", "rlsvc.eval", "--checkpoint", result["checkpoint"], "--episodes", "30"]
+    out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == result["eval"]  # the run's config names the task; the same greedy answers

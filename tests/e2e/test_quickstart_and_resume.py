@@ -90,7 +90,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
 
 
 def _ledger(text: str) -> tuple[int, list[int]]:
-    """How many rewinds a run's ledger has (trained.jsonl, rlsvc/job.py: a resumed job starts
+    """How many rewinds a run's ledger has (trained.jsonl, rlsvc/job/steps.py: a resumed job starts
     with one), and the steps trained since the last."""
     rewinds, steps = 0, []
     for line in text.splitlines():

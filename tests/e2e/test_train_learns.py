@@ -180,7 +180,7 @@ def test_default_job_learns_blackjack_under_chaos(tmp_path: Path):
     assert json.loads(ev.stdout)["mean_return"] == pytest.approx(mean)
 
     # the chaos: kills happened, the job survived each, and no group was trained on twice
-    from rlsvc.training_checkpoint import replay_ledger
+    from rlsvc.job.training_checkpoint import replay_ledger
 
     kills = [json.loads(line) for line in (tmp_path / "chaos").read_text().splitlines() if line.startswith("{")]
     assert "by_actor" in kills[-1] and kills[-1]["kills"] == len(kills) - 1 >= 4, kills

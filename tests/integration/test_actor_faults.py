@@ -92,3 +92,45 @@ def test_reward_calls_survive_a_restart_and_a_nan_reward_drops_only_its_group(ra
     assert [ep.reward for ep in kept] == [1.0, -1.0] and dropped == 1 and errors == 1
     assert episodes[2].failed and not episodes[3].failed  # the NaN one failed; its group went with it
     ray.kill(reward, no_restart=True)
+
+
+def test_an_env_actor_call_that_raises_fails_only_its_episodes(ray_cluster):
+    """An exception in a live env actor's call (not its death) escaped the fleet and failed the
+    training step; now its episodes come back failed (their groups dropped, counted) and the
+    other actors' episodes are unaffected. An actor that keeps raising still stops the job."""
+    from rlsvc.cluster.fleet import EnvActorGone, EnvCallFailed
+
+    class _FlakyEnvActor:
+        """An env actor whose calls raise while `broken` (its pool or environment failed; the actor
+        itself lives). Defined here: Ray's workers cannot import a test module."""
+
+        def __init__(self) -> None:
+            self.broken = False
+
+        def set_broken(self, broken: bool) -> None:
+            self.broken = broken
+
+        def reset(self, sessions: list[int], seeds: list[int]) -> list[dict]:
+            return [{"done": False, "reward": None} for _ in sessions]
+
+        def step(self, sessions: list[int], actions: list[str]) -> list[dict]:
+            if self.broken:
+                raise RuntimeError("Server error: 'utf-8' codec can't encode character '\\ud800' (code: EXECUTION_ERROR)")
+            return [{"done": True, "reward": 1.0} for _ in sessions]
+
+    ray = ray_cluster
+    actors = [ray.remote(_FlakyEnvActor).options(num_cpus=0).remote() for _ in range(2)]
+    try:
+        fleet = RayEnvFleet(actors, 2, max_consecutive_failures=2)
+        ray.get(actors[0].set_broken.remote(True))
+        out = fleet.step([0, 1, 2, 3], ["stand"] * 4)
+        assert [isinstance(o, EnvCallFailed) for o in out] == [True, True, False, False]
+        assert out[0].failed and out[0].done and "ud800" in out[0].error and out[2]["reward"] == 1.0
+        assert fleet.take_failures() == 1
+        with pytest.raises(EnvActorGone, match="2 calls in a row"):
+            fleet.step([0, 2], ["stand", "stand"])
+        ray.get(actors[0].set_broken.remote(False))
+        assert all(o["done"] for o in fleet.step([0, 1, 2, 3], ["stand"] * 4))
+    finally:
+        for a in actors:
+            ray.kill(a, no_restart=True)

@@ -13,12 +13,10 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def services(ray_cluster, tmp_path_factory):
-    from rlsvc.cluster.placement import plan
-    from rlsvc.cluster.ray_setup import cluster_view
-    from rlsvc.cluster.services import start_services
     from rlsvc.config import load_config
-    from rlsvc.job import prepare_model, setup_trainers
-    from rlsvc.policy_io import BlackjackCodec
+    from rlsvc.job.model import prepare_model, setup_trainers
+    from rlsvc.job.start import start_actors
+    from rlsvc.tasks.registry import load_task
 
     cfg = load_config(
         None,
@@ -36,13 +34,10 @@ def services(ray_cluster, tmp_path_factory):
             "rollout.num_cpus=1",
         ],
     )
-    resources, nodes = cluster_view()
     model, tokenizer, source = prepare_model(cfg)
-    from rlsvc.rollout.spec import EngineSpec
-
-    svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))
-    setup_trainers(cfg, svc, model, None)  # the engines sample every token, as the loop's config says
-    yield cfg, svc, BlackjackCodec(tokenizer), model
+    svc, codec = start_actors(cfg, load_task(cfg.env), tokenizer, source)  # as a job starts them
+    setup_trainers(cfg, svc, model, codec.allowed_token_ids if cfg.rollout.constrained_actions else None)
+    yield cfg, svc, codec, model
     svc.stop()
 
 
@@ -87,9 +82,9 @@ def test_a_rollout_worker_lost_under_the_producer_is_recovered_from_the_checkpoi
     from rlsvc.async_loop import AsyncGRPOLoop
     from rlsvc.interfaces import ActorDied
     from rlsvc.job import setup_trainers
-    from rlsvc.recovery import recover
+    from rlsvc.job.recovery import recover
+    from rlsvc.job.training_checkpoint import save
     from rlsvc.rollout.runner import RolloutWorkerLost
-    from rlsvc.training_checkpoint import save
 
     cfg, svc, codec, model = services
     loop = AsyncGRPOLoop(cfg, svc, codec, version=20)

@@ -101,3 +101,25 @@ def test_together_backend_through_openenv(monkeypatch):
             assert obs[0].done and obs[0].failed and obs[0].outcome == "failed" and "503" in obs[0].failure and KEY not in obs[0].failure
             obs = pool.step([1], [("code", "print(2)")])
             assert obs[0].stdout == "2\n" and not obs[0].failed
+
+
+def test_hostile_answers_and_cells_cost_only_their_own_episode_over_the_server():
+    """Issue 56 through the code environment's OpenEnv server (WebSocket, as `env.transport:
+    websocket` or a remote server): a solution returning 10**400, one raising with a lone
+    surrogate in its message, and a cell after one that pointed fd 2 at /dev/null; each is scored
+    or counted as an error in its own episode, and the episodes beside them play on."""
+    prog = seed_for("programming")
+    problem = pick_task("mixed", prog).problem
+    huge = f"def {problem.entry_point}(*args):\n    return 10**400\n"
+    surrogate = "raise ValueError('bad \\ud800 text')\n"  # the harness reads the message back as a literal
+    with EnvPool(4, spec=code_spec(CodeEnvSettings(backend="local", max_turns=3, exec_timeout_s=3))) as pool:
+        pool.reset([0, 1, 2, 3], [prog, prog, seed_for("arithmetic"), seed_for("arithmetic")])
+        obs = pool.step([2, 3], [("code", "import os\nos.dup2(os.open(os.devnull, os.O_WRONLY), 2)"), ("code", "print('hi')")])
+        assert obs[0].error_type is None and obs[1].stdout == "hi\n"
+        obs = pool.step([0, 1, 2, 3], [("answer", huge), ("answer", surrogate), ("code", "1/0"), ("code", "print('benign')")])
+        assert obs[0].done and not obs[0].failed and obs[0].score == 0.0 and obs[0].outcome == "wrong"
+        assert obs[1].done and not obs[1].failed and obs[1].score == 0.0
+        assert obs[1].error_message == "bad \ufffd text" and obs[1].replaced == 1
+        assert obs[2].error_type == "ZeroDivisionError" and obs[2].errors == 1  # the penalty was not switched off
+        assert obs[3].stdout == "benign\n" and obs[3].error_type is None
+        assert pool.stats()["env_errors"] == 0

@@ -44,7 +44,8 @@ def test_same_episodes_as_the_websocket_pool():
 def test_a_raising_environment_fails_only_its_episode():
     from rlsvc.envs.blackjack import BlackjackEnvironment
     from rlsvc.envs.in_process import EnvErrorObservation, InProcessPool
-    from rlsvc.envs.openenv_pool import EnvSpec, blackjack_spec
+    from rlsvc.envs.openenv_pool import blackjack_spec
+    from rlsvc.task import EnvSpec
 
     class Broken(BlackjackEnvironment):
         def step(self, action, **kwargs):

@@ -113,7 +113,8 @@ def test_an_invalid_observation_fails_only_its_episode():
     """A buggy environment (a real OpenEnv env behind the real server) sends an observation that
     does not parse: that session's episode ends failed and the others play on."""
     from rlsvc.envs.blackjack import BlackjackEnvironment, BlackjackObservation
-    from rlsvc.envs.openenv_pool import EnvPool, EnvSpec, InvalidObservation, blackjack_spec
+    from rlsvc.envs.openenv_pool import EnvPool, InvalidObservation, blackjack_spec
+    from rlsvc.task import EnvSpec
 
     class BuggyBlackjack(BlackjackEnvironment):
         def step(self, action, **kwargs):
@@ -159,7 +160,8 @@ def test_a_silent_session_is_dropped_and_reconnected() -> None:
     import asyncio
 
     from rlsvc.envs.blackjack import BlackjackEnvironment
-    from rlsvc.envs.openenv_pool import EnvPool, EnvSpec, LostObservation, blackjack_spec
+    from rlsvc.envs.openenv_pool import EnvPool, LostObservation, blackjack_spec
+    from rlsvc.task import EnvSpec
 
     class SlowHit(BlackjackEnvironment):
         async def step_async(self, action, timeout_s=None, **kwargs):
@@ -176,3 +178,38 @@ def test_a_silent_session_is_dropped_and_reconnected() -> None:
         assert stand.done and stand.outcome in ("win", "push", "loss")
         assert all(not o.done for o in slow.reset([0, 1], [9, 10]))
         assert slow.stats()["reconnects"] == 1 and slow.stats()["open_sessions"] == 2
+
+
+def test_a_server_error_fails_only_its_episode():
+    """An environment that raises, or whose observation cannot be encoded (a lone surrogate), gets
+    an error reply from OpenEnv's server; OpenEnv's client raises on it, which failed the whole
+    batched call (every episode in it, and the training step). Now only that episode fails, and
+    is counted (issue 56)."""
+    from rlsvc.envs.blackjack import BlackjackEnvironment, BlackjackObservation
+    from rlsvc.envs.openenv_pool import EnvPool, EnvSpec, ServerErrorObservation, blackjack_spec
+
+    class FailingBlackjack(BlackjackEnvironment):
+        def step(self, action, **kwargs):
+            obs = super().step(action, **kwargs)
+            if action.action == "hit":
+                raise ValueError("the environment's own bug")
+            return obs
+
+    class UnencodableBlackjack(BlackjackEnvironment):
+        def step(self, action, **kwargs):
+            obs = super().step(action, **kwargs)
+            if action.action == "hit":  # a lone surrogate: no UTF-8 encoder takes it
+                return BlackjackObservation.model_construct(**{**obs.model_dump(), "outcome": "\ud800"})
+            return obs
+
+    base = blackjack_spec()
+    for env, why in ((FailingBlackjack, "the environment's own bug"), (UnencodableBlackjack, "surrogate")):
+        spec = EnvSpec("failing", env, base.action_cls, BlackjackObservation, base.state_cls, base.payload)
+        with EnvPool(3, spec=spec, call_timeout_s=30.0) as pool:
+            pool.reset([0, 1, 2], [7, 8, 9])
+            out = pool.step([0, 1, 2], ["hit", "stand", "stand"])
+            assert [isinstance(o, ServerErrorObservation) for o in out] == [True, False, False]
+            assert out[0].failed and out[0].done and why in out[0].error, out[0].error
+            assert out[1].done and out[1].outcome in ("win", "push", "loss") and not getattr(out[1], "failed", False)
+            assert pool.stats()["env_errors"] == 1
+            assert all(not o.done for o in pool.reset([0, 1, 2], [10, 11, 12]))  # the sessions play on

@@ -67,3 +67,39 @@ def test_code_policy_model_decodes_greedily_like_transformers_generate(tmp_path,
         out = hf.generate(ids, max_new_tokens=6, do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
         assert answer == tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
     assert any(answers)
+
+
+# Loads a logged model in a fresh interpreter where no module of rlsvc can be imported.
+WITHOUT_RLSVC = """
+import importlib.abc, json, sys
+
+class NoRlsvc(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "rlsvc" or name.startswith("rlsvc."):
+            raise ImportError(f"{name} is hidden")
+
+sys.meta_path.insert(0, NoRlsvc())
+import mlflow
+
+mlflow.set_tracking_uri(sys.argv[1])
+print(json.dumps(mlflow.pyfunc.load_model(sys.argv[2]).predict(json.loads(sys.argv[3]))))
+assert not any(m == "rlsvc" or m.startswith("rlsvc.") for m in sys.modules)
+"""
+
+
+def test_the_policy_model_loads_and_answers_without_rlsvc(tmp_path, tracker):
+    """The model carries its prompt encoding (rlsvc/saved_policy.py, the one training uses) as
+    MLflow code, so serving it needs torch and transformers, not rlsvc."""
+    import subprocess
+    import sys
+
+    import mlflow
+
+    ckpt = _checkpoint(tmp_path / "checkpoint", "blackjack", {"allowed_token_ids": [11, 12], "max_tokens": 1, "max_prompt_tokens": 63})
+    prompts = [format_prompt(s) for s in all_states()[:40]]
+    uri = tracker.log_policy_model(ckpt, prompts[:1])
+    expected = mlflow.pyfunc.load_model(uri).predict(prompts)
+    args = [sys.executable, "-c", WITHOUT_RLSVC, f"sqlite:///{tmp_path / 'mlflow.db'}", uri, json.dumps(prompts)]
+    out = subprocess.run(args, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == expected

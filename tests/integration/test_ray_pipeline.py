@@ -15,13 +15,11 @@ pytestmark = pytest.mark.integration
 def job(ray_cluster, tmp_path_factory):
     import ray
 
-    from rlsvc.cluster.placement import plan
-    from rlsvc.cluster.ray_setup import cluster_view
-    from rlsvc.cluster.services import start_services
     from rlsvc.config import load_config
-    from rlsvc.job import prepare_model, setup_trainers
+    from rlsvc.job.model import prepare_model, setup_trainers
+    from rlsvc.job.start import start_actors
     from rlsvc.loop import GRPOLoop
-    from rlsvc.policy_io import BlackjackCodec
+    from rlsvc.tasks.registry import load_task
 
     cfg = load_config(
         None,
@@ -36,13 +34,9 @@ def job(ray_cluster, tmp_path_factory):
             "model.warm_start_steps=5",
         ],
     )
-    resources, nodes = cluster_view()
     model, tokenizer, source = prepare_model(cfg)
-    codec = BlackjackCodec(tokenizer)
-    from rlsvc.rollout.spec import EngineSpec
-
-    svc = start_services(cfg, plan(cfg, resources, nodes), source, EngineSpec.from_config(cfg, None))
-    setup = setup_trainers(cfg, svc, model, None)  # the engines sample every token, as the loop's config says
+    svc, codec = start_actors(cfg, load_task(cfg.env), tokenizer, source)  # as a job starts them
+    setup = setup_trainers(cfg, svc, model, codec.allowed_token_ids if cfg.rollout.constrained_actions else None)
     loop = GRPOLoop(cfg, svc, codec)
     yield cfg, svc, loop, setup, ray
     svc.stop()
@@ -134,8 +128,8 @@ def test_a_dead_trainer_rank_restarts_the_group_from_the_checkpoint(job, tmp_pat
     reference, restores the newest checkpoint (weights, AdamW state, version, buffer), and syncs
     the rollout engine back to those weights; training goes on from there."""
     from rlsvc.job import setup_trainers
-    from rlsvc.recovery import recover
-    from rlsvc.training_checkpoint import save
+    from rlsvc.job.recovery import recover
+    from rlsvc.job.training_checkpoint import save
 
     cfg, svc, loop, setup, ray = job
     save(tmp_path, 7, loop, None, {"mlflow_run_id": "x", "tracking_uri": "x", "elapsed_s": 0.0, "config_hash": "x"}, keep=2)

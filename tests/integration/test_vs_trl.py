@@ -20,14 +20,17 @@ def test_trl_grpo_trainer_trains_on_the_shared_task(tmp_path) -> None:
     from rlsvc.loop import warm_start_batches
     from rlsvc.models.hf_export import WEIGHTS_FILE, save_hf_checkpoint
     from rlsvc.models.tokenizer import build_tokenizer
-    from rlsvc.policy_io import BlackjackCodec
+    from rlsvc.policy_io import TaskCodec
+    from rlsvc.tasks.blackjack import BlackjackTask
     from rlsvc.trainer.titan_trainer import TitanTrainer
 
     job = load_config(None, [])
     cfg = job.model.titan
     # rlsvc's format warm start, in process: the policy answers HIT or STAND, so rewards vary
     trainer = TitanTrainer(cfg, lr=job.trainer.lr, seed=job.run.seed, device="cpu")
-    for ids, mask in warm_start_batches(BlackjackCodec(build_tokenizer("blackjack")), job.run.seed, job.model.warm_start_steps, 256):
+    for ids, mask in warm_start_batches(
+        TaskCodec(BlackjackTask(), build_tokenizer("blackjack")), job.run.seed, job.model.warm_start_steps, 256
+    ):
         trainer.sft_step(ids, mask)
     start = save_hf_checkpoint(tmp_path / "start", trainer.hf_state_dict(), cfg)
     args = argparse.Namespace(steps=2, prompts=4, group_size=4, eval_every=1, val_episodes=200, final_episodes=200)

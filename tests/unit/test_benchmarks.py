@@ -365,7 +365,7 @@ def test_vs_trl_reports_every_round_and_the_ratio_spread() -> None:
 
 def test_the_representative_comparison_rewards_the_exact_number_and_credits_any_number() -> None:
     from benchmarks.answer_task import FORMAT_CREDIT, score
-    from rlsvc.tasks.arithmetic import arithmetic_problem
+    from rlsvc.problems.arithmetic import arithmetic_problem
 
     answer = arithmetic_problem(3).answer
     assert score(f"It is {answer}.", answer) == 1.0

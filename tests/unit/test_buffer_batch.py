@@ -7,8 +7,10 @@ from rlsvc.buffer.replay import ReplayBuffer
 from rlsvc.episode import Episode
 from rlsvc.loop import assign_advantages, deal_seed, drop_failed_groups, episode_metrics
 from rlsvc.models.tokenizer import build_tokenizer
-from rlsvc.policy_io import BlackjackCodec, CodeCodec
-from rlsvc.rewards.blackjack import blackjack_rubric
+from rlsvc.policy_io import TaskCodec
+from rlsvc.rewards.rubric import env_return_rubric
+from rlsvc.tasks.blackjack import BlackjackTask
+from rlsvc.tasks.code import CodeTask
 from rlsvc.trainer.batch import build_batch
 
 
@@ -54,7 +56,7 @@ def test_add_and_take_sends_back_only_what_the_caller_does_not_hold():
 
 
 def test_rubric_invalid_penalty():
-    rub = blackjack_rubric(-1.5)
+    rub = env_return_rubric(-1.5)
     ok, bad = _ep(0), _ep(0)
     ok.env_return = 1.0
     bad.invalid, bad.env_return = True, 1.0
@@ -66,7 +68,7 @@ def test_advantages_by_group_and_metrics():
     eps[1].outcome, eps[0].outcome = "loss", "win"
     assign_advantages(eps, group_size=2, normalize_std=False)
     assert [e.advantage for e in eps] == [1.0, -1.0, 0.0, 0.0]
-    m = episode_metrics(eps, BlackjackCodec(build_tokenizer()))
+    m = episode_metrics(eps, TaskCodec(BlackjackTask(), build_tokenizer()))
     assert m["win_rate"] == 0.25 and m["return_mean"] == 0.0 and m["hit_rate"] == 1.0
     assert deal_seed(0, 1, 2) != deal_seed(0, 2, 1)
 
@@ -107,7 +109,7 @@ def test_groups_with_a_failed_episode_are_left_out():
 def test_code_codec_renders_the_last_output_and_parses_answers():
     from types import SimpleNamespace
 
-    codec = CodeCodec(build_tokenizer("chars"), max_prompt_tokens=120)
+    codec = TaskCodec(CodeTask(), build_tokenizer("chars"), 120)
     obs = SimpleNamespace(
         prompt="Write add(a, b).",
         turn=1,

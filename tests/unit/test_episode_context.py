@@ -11,8 +11,9 @@ import torch
 from conftest import RulesFleet
 
 from rlsvc.models.tokenizer import PAD_ID, build_tokenizer
-from rlsvc.policy_io import BlackjackCodec
+from rlsvc.policy_io import TaskCodec
 from rlsvc.rollout.runner import RolloutRunner
+from rlsvc.tasks.blackjack import BlackjackTask
 from rlsvc.trainer.batch import TrainBatch, build_batch
 
 
@@ -20,7 +21,7 @@ class Recorded:
     """HIT below 17, else STAND (read from the observation the codec rendered last), each answer
     two tokens; remembers every prompt it was given."""
 
-    def __init__(self, codec: BlackjackCodec) -> None:
+    def __init__(self, codec: TaskCodec) -> None:
         self.tok, self.prompts = codec.tokenizer, []
 
     def generate(self, prompts, seeds):
@@ -36,7 +37,7 @@ class Recorded:
 
 
 def test_each_turn_extends_the_sampled_sequence_and_trains_as_one_row():
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
     gen = Recorded(codec)
     runner = RolloutRunner(gen, RulesFleet(8), codec, max_turns=12, context="episode")
     episodes = runner.collect([(g, 500 + g) for g in range(6)], group_size=2, version=0, sample_seed=1)
@@ -60,7 +61,7 @@ def test_each_turn_extends_the_sampled_sequence_and_trains_as_one_row():
 
 
 def test_an_episode_without_room_to_answer_is_cut_and_counted():
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
     first = len(codec.encode(RulesFleet(1).reset([0], [500])[0]))
     codec.prompt_room = first + 2 + 2  # room for the first turn and its answer, not for a reply
     runner = RolloutRunner(Recorded(codec), RulesFleet(8), codec, max_turns=12, context="episode")

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -81,8 +82,8 @@ def test_a_table_policy_scores_exactly_as_playing_every_game(then_stick_at):
 def test_prepare_validation_deals_the_validation_hands_once_for_every_validate():
     """The job calls `Task.prepare_validation` in a start-up thread; BlackJack's deals the
     validation hands there, and `validate` then plays on those very paths."""
-    from rlsvc import eval as rlsvc_eval
     from rlsvc.eval import deal_paths
+    from rlsvc.tasks import blackjack_eval as rlsvc_eval
     from rlsvc.tasks.blackjack import BlackjackTask
 
     assert (700, 31337) not in rlsvc_eval._PATHS
@@ -90,3 +91,12 @@ def test_prepare_validation_deals_the_validation_hands_once_for_every_validate()
     assert (700, 31337) in rlsvc_eval._PATHS
     paths = deal_paths(700, 31337)
     assert deal_paths(700, 31337) is paths and paths.states.shape[0] == 700
+
+
+def test_rlsvc_eval_of_a_bare_blackjack_folder_is_the_exact_deal_evaluation(checkpoint, capsys):
+    """A Hugging Face folder with no run around it is read as BlackJack's, evaluated through
+    `BlackjackTask.evaluate`: the same numbers as `evaluate(load_policy(DIR), ...)`."""
+    from rlsvc.eval import main
+
+    assert main(["--checkpoint", str(checkpoint), "--episodes", "300", "--seed", "4"]) == 0
+    assert json.loads(capsys.readouterr().out) == evaluate(load_policy(checkpoint), 300, 4)

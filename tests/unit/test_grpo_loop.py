@@ -18,7 +18,8 @@ from rlsvc.envs.blackjack import HandView
 from rlsvc.episode import Episode
 from rlsvc.loop import GRPOLoop, deal_seed
 from rlsvc.models.tokenizer import build_tokenizer
-from rlsvc.policy_io import BlackjackCodec
+from rlsvc.policy_io import TaskCodec
+from rlsvc.tasks.blackjack import BlackjackTask
 from rlsvc.trainer.batch import TrainBatch
 
 B, G = 4, 4
@@ -27,7 +28,7 @@ B, G = 4, 4
 class SeededRandom:
     """Answers HIT/STAND at random from the request's seed, so a group's episodes differ."""
 
-    def __init__(self, codec: BlackjackCodec) -> None:
+    def __init__(self, codec: TaskCodec) -> None:
         self.tok = codec.tokenizer
 
     def generate(self, prompts, seeds):
@@ -113,7 +114,7 @@ class FakeSync:
 
 def make_loop(overrides=(), lose=None, fail_groups=(), reference=False, loop_cls=GRPOLoop):
     cfg = load_config(None, [f"grpo.groups_per_step={B}", f"grpo.group_size={G}", "trainer.minibatches=1", *overrides])
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
     svc = SimpleNamespace(
         generator=SeededRandom(codec),
         fleet=RulesFleet(num_slots=8, lose=lose),

@@ -7,6 +7,7 @@ import ast
 import errno
 import json
 import platform
+import signal
 import socket
 import subprocess
 import sys
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from rlsvc.sandbox import LocalSandbox, SandboxLimits
-from rlsvc.sandbox.local import UID_BASE, UID_POOL
+from rlsvc.sandbox import LocalSandbox, LocalSession, SandboxLimits, SandboxResult
+from rlsvc.sandbox.local import ERROR_MARK, UID_BASE, UID_POOL, _error_line, signal_name
 
 TIMEOUT = 3.0
 REPO = Path(__file__).resolve().parents[2]
@@ -173,7 +174,7 @@ def test_the_run_sees_a_minimal_root(box, tmp_path):
     """Its root is built for it: the system's /usr read-only with its package folders covered,
     empty writable tmpfs elsewhere; not the project (where the hidden tests live), not the
     service's files, not a unix socket of the host."""
-    from rlsvc.tasks.programming import PROBLEMS_FILE
+    from rlsvc.problems.programming import PROBLEMS_FILE
 
     host_socket = socket.socket(socket.AF_UNIX)
     host_socket.bind(str(tmp_path / "host.sock"))
@@ -416,3 +417,138 @@ def test_hostile_snippets_through_the_cli_are_contained(box, name):
     else:
         assert r["timed_out"] and r["error"].startswith("TimeoutError")
     check_clean(box, before)
+
+
+# -- hardening round 3 (issue 56) --------------------------------------------------------------
+
+
+def test_every_exit_status_and_every_signal_is_classified_without_raising():
+    """A status above 128 is the code's own (os._exit(163)): it was read as signal 35, which has
+    no name, and raised. Every status 0-255 and every signal number the kernel has (1 to
+    SIGRTMAX, named or not) gets its one line."""
+    limits = SandboxLimits()
+    assert _error_line("", 0, False, 1.0, limits) is None
+    for status in range(1, 256):
+        assert _error_line("", status, False, 1.0, limits) == f"exit status {status}"
+    names = set()
+    for number in range(1, signal.SIGRTMAX + 1):
+        line = _error_line("", -number, False, 1.0, limits)
+        assert line.startswith("Killed: ") and line.count("\n") == 0
+        names.add(signal_name(number))
+    assert len(names) == signal.SIGRTMAX  # one distinct name each
+    assert _error_line("", -9, False, 1.0, limits, out_of_memory=True).startswith("Killed: memory limit of the run")
+
+
+def _cli_run(code: bytes | str, *args: str) -> dict:
+    data = code.encode() if isinstance(code, str) else code
+    out = subprocess.run([sys.executable, "-m", "rlsvc.sandbox", "--timeout", "5", *args], input=data, capture_output=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("status", [1, 2, 126, 127, 128, 129, 137, 163, 200, 255])
+def test_exit_statuses_above_128_come_back_as_statuses_through_the_cli(status):
+    r = _cli_run(f"import os\nos._exit({status})")
+    assert (r["exit_code"], r["error"], r["timed_out"]) == (status, f"exit status {status}", False)
+
+
+def test_a_real_signal_still_comes_back_as_a_signal(box):
+    r = box.run("import ctypes\nctypes.string_at(0)", timeout_s=TIMEOUT)
+    assert r.exit_code == -signal.SIGSEGV and r.error == "Killed: segmentation fault"
+
+
+def test_the_cli_prints_its_json_whatever_happens(monkeypatch, capsys):
+    r = _cli_run(b"print('\xff')\n")  # not UTF-8: the run's own SyntaxError
+    assert r["exit_code"] == 1 and r["error"].startswith("SyntaxError")
+    from rlsvc.sandbox import __main__ as cli
+
+    class Broken:  # a node whose sandbox fails mid-run (its own fault, not the code's)
+        def __init__(self, limits):
+            pass
+
+        def run(self, code, timeout_s=5.0):
+            raise OSError("no space left for the run's folder")
+
+    monkeypatch.setattr(cli, "LocalSandbox", Broken)
+    monkeypatch.setattr(sys, "stdin", type("In", (), {"buffer": __import__("io").BytesIO(b"print(1)")})())
+    assert cli.main(["--timeout", "2"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["error"] == "sandbox failed: OSError: no space left for the run's folder" and result["exit_code"] is None
+
+
+def test_text_that_is_not_utf8_is_replaced_at_the_boundary():
+    r = SandboxResult("out \ud800", "err \udfff\udc80", 1, False, "ValueError: \ud800")
+    assert (r.stdout, r.stderr, r.error, r.replaced) == ("out \ufffd", "err \ufffd\ufffd", "ValueError: \ufffd", 4)
+    json.dumps(r.to_dict(), ensure_ascii=False).encode("utf-8")  # encodes
+
+
+DISK_FILL = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open("reserved", os.O_CREAT | os.O_WRONLY)
+kept = libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(96 * 2**20))  # FALLOC_FL_KEEP_SIZE: past the file-size limit
+print("keep_size", kept, ctypes.get_errno(), os.fstat(fd).st_blocks * 512 // 2**20)
+os.close(fd)
+os.unlink("reserved")
+written = 0
+try:
+    for i in range(24):  # 24 files of 4 MB, each within the 8 MB file-size limit: 96 MB
+        with open(f"f{i}", "wb") as f:
+            for _ in range(4):
+                f.write(b"x" * 2**20)
+                written += 1
+except OSError as e:
+    print("stopped", e.errno)
+st = os.statvfs("/tmp")
+print("written", written, "size", st.f_blocks * st.f_frsize // 2**20)
+"""
+
+
+def test_the_runs_writable_space_is_a_tmpfs_of_its_size_and_fallocate_is_bounded_by_it():
+    """/tmp was host disk with a per-file limit only: 128 files within it took 1 GB, and
+    fallocate(FALLOC_FL_KEEP_SIZE) reserved 256 MB in one file past that limit."""
+    box = LocalSandbox(SandboxLimits(disk_mb=32))
+    r = box.run(DISK_FILL, timeout_s=20)
+    assert r.error is None, r.stderr[-500:]
+    lines = {ln.split()[0]: ln.split()[1:] for ln in r.stdout.splitlines()}
+    assert lines["keep_size"][0] == "-1" and int(lines["keep_size"][2]) <= 32  # refused, nothing reserved past the size
+    assert lines["stopped"] == [str(errno.ENOSPC)]
+    assert int(lines["written"][0]) <= 32 and lines["written"][2] == "32"
+
+
+SWITCH_OFF_ERRORS = {
+    "points fd 2 at /dev/null": "import os\nos.dup2(os.open(os.devnull, os.O_WRONLY), 2)",
+    "replaces sys.stderr": "import sys, io\nsys.stderr = io.StringIO()",
+    "closes every descriptor": None,  # in the raising cell itself, below
+}
+
+
+@pytest.mark.parametrize("name", SWITCH_OFF_ERRORS)
+def test_a_cell_that_raises_counts_whatever_an_earlier_cell_did_to_stderr(box, name):
+    session = LocalSession(box, TIMEOUT)
+    first = SWITCH_OFF_ERRORS[name]
+    if first is not None:
+        assert session.execute(first).error is None
+        r = session.execute("1/0")
+        assert (r.exit_code, r.error) == (1, "ZeroDivisionError: division by zero")
+    else:
+        r = session.execute("import os\nos.closerange(0, 4096)\nraise ValueError('hidden')")
+        assert r.exit_code == 1 and r.error is not None
+    ok = session.execute("print('still here')")  # the positive control: a benign cell prints, no error
+    assert (ok.stdout, ok.error) == ("still here\n", None)
+
+
+def test_a_forged_error_mark_with_a_clean_exit_is_not_an_error(box):
+    session = LocalSession(box, TIMEOUT)
+    r = session.execute(f"import sys\nprint({ERROR_MARK!r}, file=sys.stderr)\nprint('ok')")
+    assert r.error is None and r.exit_code == 0 and session.cells
+
+
+def test_no_host_kernel_events_through_netlink():
+    """A NETLINK_KOBJECT_UEVENT socket received the host's device events; every netlink socket
+    is refused now (through the CLI), and name resolution still works without it."""
+    code = "import socket\ns = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 15)\ns.bind((0, 1))\nprint('subscribed')"
+    r = _cli_run(code)
+    assert "subscribed" not in r["stdout"] and r["error"] == "PermissionError: [Errno 1] Operation not permitted"
+    r = _cli_run("import socket\nprint(socket.getaddrinfo('127.0.0.1', 80, flags=socket.AI_ADDRCONFIG)[0][4])")
+    assert (r["stdout"], r["error"]) == ("('127.0.0.1', 80)\n", None)

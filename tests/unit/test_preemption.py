@@ -1,4 +1,4 @@
-"""SIGTERM handling (rlsvc/preemption.py): the flag the training loop reads between steps, the
+"""SIGTERM handling (rlsvc/job/preemption.py): the flag the training loop reads between steps, the
 grace timer that ends a job whose step in flight does not finish, and the handler put back.
 The whole path, a real job stopped by SIGTERM and resumed, is in
 tests/e2e/test_quickstart_and_resume.py."""
@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 
-from rlsvc.preemption import EXIT_CODE, Preemption
+from rlsvc.job.preemption import EXIT_CODE, Preemption
 
 
 def _sigterm_self() -> None:

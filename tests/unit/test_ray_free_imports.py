@@ -16,7 +16,8 @@ RAY_FREE = [
     "rlsvc.episode",
     "rlsvc.loop",
     "rlsvc.async_loop",
-    "rlsvc.recovery",
+    "rlsvc.job.recovery",
+    "rlsvc.job.faults",
     "rlsvc.task",
     "rlsvc.tasks.registry",
 ]

@@ -1,7 +1,8 @@
-"""The job's recovery decisions (rlsvc/recovery.py) with in-process fakes, no Ray cluster: after
+"""The job's recovery decisions (rlsvc/job/recovery.py) with in-process fakes, no Ray cluster: after
 a policy actor died, the whole trainer group and the dead rollout workers are replaced, the newest
 complete checkpoint is loaded into them and the loop, the engines are rewound to its weights and
-synced; an actor dying during recovery starts it again, within the restart budget."""
+synced; an actor dying during recovery starts it again, each failure counted by the fault budget
+(rlsvc/job/faults.py), which waits between restarts in a row and stops a crash loop."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from rlsvc.config import FaultConfig
 from rlsvc.interfaces import ActorDied
-from rlsvc.recovery import TooManyRestarts, recover, recover_with_retries
-from rlsvc.training_checkpoint import save
+from rlsvc.job.faults import CrashLoop, FaultBudgets
+from rlsvc.job.recovery import failed_kind, recover, recover_with_retries
+from rlsvc.job.training_checkpoint import save
 
 
 class FakeTrainers:
@@ -102,7 +105,11 @@ def test_recovery_replaces_the_group_and_dead_workers_then_loads_the_checkpoint(
     ]
 
 
-def test_an_actor_dying_during_recovery_starts_it_again_within_the_budget(tmp_path):
+def budgets(**faults) -> FaultBudgets:
+    return FaultBudgets.from_config(FaultConfig(**faults), clock=lambda: 0.0)
+
+
+def test_an_actor_dying_during_recovery_starts_it_again_after_its_backoff(tmp_path):
     loop, log = checkpointed_loop(tmp_path, dead_rollout=[])
     attempts = []
 
@@ -113,19 +120,31 @@ def test_an_actor_dying_during_recovery_starts_it_again_within_the_budget(tmp_pa
         return "spec"
 
     said: list[str] = []
-    restarts, step, best = recover_with_retries(loop, tmp_path, setup, limit=3, restarts=0, report=said.append)
-    assert (restarts, step, best) == (2, 7, None) and len(attempts) == 2
-    assert said == ["recovery interrupted (ActorDied); again"]
+    slept: list[float] = []
+    b = budgets(restart_backoff_s=2.0)
+    step, best = recover_with_retries(loop, tmp_path, setup, b, ["rlsvc-trainer-0"], ActorDied("x"), said.append, slept.append)
+    assert (step, best) == (7, None) and len(attempts) == 2
+    assert said[0] == "recovery interrupted (ActorDied); again"
+    assert slept == [2.0]  # the first restart at once, the second in a row after the backoff
+    assert b.budgets["policy_group"].consecutive == 2 and b.budgets["policy_group"].total == 2
     assert [c for c in log if c[0] == "restart_policy_group"] == [("restart_policy_group",)] * 2
 
 
-def test_the_restart_budget_is_a_hard_limit(tmp_path):
-    loop, _ = checkpointed_loop(tmp_path, dead_rollout=[])
+def test_a_policy_group_that_dies_at_every_restart_stops_the_job_within_its_budget(tmp_path):
+    loop, log = checkpointed_loop(tmp_path, dead_rollout=[])
 
     def always_dies() -> dict:
         raise ActorDied("dies again")
 
-    with pytest.raises(TooManyRestarts, match=r"policy actors died 3 times \(faults.max_policy_restarts=2\)"):
-        recover_with_retries(loop, tmp_path, always_dies, limit=2, restarts=0, report=lambda _: None)
-    with pytest.raises(TooManyRestarts):
-        recover_with_retries(loop, tmp_path, lambda: {}, limit=2, restarts=2)  # the budget was spent before
+    b = budgets(max_policy_restarts=2, restart_backoff_s=0)
+    with pytest.raises(
+        CrashLoop,
+        match=r"failed 3 times in a row without a new completed step \(faults.max_policy_restarts=2\); last error: ActorDied: dies again",
+    ):
+        recover_with_retries(loop, tmp_path, always_dies, b, ["rlsvc-trainer-1"], ActorDied("first"), report=lambda _: None)
+    assert [c for c in log if c[0] == "restart_policy_group"] == [("restart_policy_group",)] * 2  # N restarts, then the stop
+
+
+def test_dead_rollout_workers_alone_count_against_their_own_budget():
+    assert failed_kind(["rlsvc-rollout-0", "rlsvc-rollout-1"]) == "rollout_worker"
+    assert failed_kind(["rlsvc-rollout-0", "rlsvc-trainer-0"]) == failed_kind(["rlsvc-reference"]) == "policy_group"

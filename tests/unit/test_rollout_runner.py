@@ -10,14 +10,15 @@ import pytest
 from conftest import RulesFleet
 
 from rlsvc.models.tokenizer import build_tokenizer
-from rlsvc.policy_io import BlackjackCodec
+from rlsvc.policy_io import TaskCodec
 from rlsvc.rollout.runner import RolloutRunner
+from rlsvc.tasks.blackjack import BlackjackTask
 
 
 class Scripted:
     """Answers by reading the sum back from the prompt ids: HIT below 17, garbage at exactly 13."""
 
-    def __init__(self, codec: BlackjackCodec) -> None:
+    def __init__(self, codec: TaskCodec) -> None:
         self.codec = codec
         self.tok = codec.tokenizer
 
@@ -31,7 +32,7 @@ class Scripted:
 
 
 def test_runner_plays_groups_to_the_end():
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
     runner = RolloutRunner(Scripted(codec), RulesFleet(num_slots=10), codec, max_turns=12)
     groups = [(g, 1000 + g) for g in range(8)]
     eps = runner.collect(groups, group_size=3, version=5, sample_seed=0)
@@ -49,7 +50,7 @@ def test_runner_plays_groups_to_the_end():
 
 
 def test_runner_truncates_at_max_turns():
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
 
     class AlwaysStandLater(Scripted):
         def generate(self, prompts, seeds):
@@ -64,7 +65,7 @@ def test_runner_truncates_at_max_turns():
 class SeededRandom(Scripted):
     """Answers HIT/STAND at random from the request's seed, and records each call's batch size."""
 
-    def __init__(self, codec: BlackjackCodec) -> None:
+    def __init__(self, codec: TaskCodec) -> None:
         super().__init__(codec)
         self.batch_sizes: list[int] = []
 
@@ -77,7 +78,7 @@ class SeededRandom(Scripted):
 
 
 def _played(num_slots: int) -> tuple[list, list[int]]:
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
     gen = SeededRandom(codec)
     runner = RolloutRunner(gen, RulesFleet(num_slots), codec, max_turns=12)
     eps = runner.collect([(g, 7000 + g) for g in range(16)], group_size=4, version=0, sample_seed=3)
@@ -119,7 +120,7 @@ class SlowFleet(RulesFleet):
 class GenerateWhileStepping(SeededRandom):
     """Counts generate calls made while some group's env step was in flight."""
 
-    def __init__(self, codec: BlackjackCodec, fleet: SlowFleet) -> None:
+    def __init__(self, codec: TaskCodec, fleet: SlowFleet) -> None:
         super().__init__(codec)
         self.fleet = fleet
         self.overlapped = 0
@@ -132,7 +133,7 @@ class GenerateWhileStepping(SeededRandom):
 def test_slot_groups_overlap_generation_with_env_steps_and_play_the_same_episodes():
     """Two slot groups: one group's generate call runs while the other's env step waits, and the
     episodes (seeded per episode and turn) equal those of one group."""
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
     played = {}
     for k in (1, 2, 3):
         fleet = SlowFleet(12, latency_s=0.02)
@@ -148,7 +149,7 @@ def test_slot_groups_overlap_generation_with_env_steps_and_play_the_same_episode
 
 
 def test_a_failing_slot_group_fails_the_collect():
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
 
     class Broken(SeededRandom):
         def generate(self, prompts, seeds):

@@ -1,5 +1,6 @@
 """Submissions that try to raise their own score, through the real scorer (the function a code
-episode's `answer` uses, on the local sandbox) and through `python -m rlsvc.tasks score`.
+episode's `answer` uses, on the local sandbox) and through `python -m rlsvc.problems score` (`rlsvc score`;
+`python -m rlsvc.tasks score` delegates to it).
 
 The expected return values never enter the sandbox; whatever a submission prints, patches or
 does to the harness, the service only reads claimed return values and compares them itself. So
@@ -17,8 +18,8 @@ import textwrap
 import pytest
 
 from rlsvc.envs.code_interpreter import CodeEnvSettings, CodeEpisode, LocalBackend, Task, score_solution
-from rlsvc.tasks import programming
-from rlsvc.tasks.programming import ProgrammingProblem, UnitTest, problem_by_id, unit_test_program
+from rlsvc.problems import programming
+from rlsvc.problems.programming import ProgrammingProblem, UnitTest, problem_by_id, unit_test_program
 
 PROBLEM = "add_two"  # add(a, b); tests: (1, 2) -> 3, (-5, 5) -> 0, (0, 0) -> 0, (123, 877) -> 1000
 CORRECT = "def add(a, b):\n    return a + b\n"
@@ -155,8 +156,8 @@ def test_a_malformed_result_is_a_wrong_answer_not_a_failed_episode(backend):
     assert obs["score"] == 0.0 and obs["reward"] == pytest.approx(-0.1)  # the unreadable result counts as an error
 
 
-def _cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlsvc.tasks", *args], input=stdin, capture_output=True, text=True, timeout=120)
+def _cli(*args: str, stdin: str = "", module: str = "rlsvc.problems") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], input=stdin, capture_output=True, text=True, timeout=120)
 
 
 def test_the_cli_scores_a_submission_as_training_does():
@@ -170,4 +171,16 @@ def test_the_cli_scores_a_submission_as_training_does():
     unknown = _cli("score", "--problem", "no_such_problem", stdin=CORRECT)
     assert unknown.returncode == 2 and unknown.stdout == "" and len(unknown.stderr.strip().splitlines()) == 1
     assert "no_such_problem" in unknown.stderr
-    assert PROBLEM in _cli("problems").stdout.split()
+    assert PROBLEM in _cli("list").stdout.split()
+    assert PROBLEM in _cli("problems", module="rlsvc.tasks").stdout.split()  # `rlsvc tasks list` lists tasks now
+
+
+@pytest.mark.parametrize(
+    ("module", "args"), [("rlsvc.cli", ("score",)), ("rlsvc.tasks", ("score",))], ids=["rlsvc score", "python -m rlsvc.tasks score"]
+)
+def test_the_scorers_other_spellings_run_the_same_scorer(module, args):
+    """`rlsvc score` names what it does; `python -m rlsvc.tasks score`, where the scorer lived
+    before it moved to rlsvc.problems, keeps working."""
+    good = _cli(*args, "--problem", PROBLEM, stdin=CORRECT, module=module)
+    assert good.returncode == 0, good.stderr
+    assert json.loads(good.stdout)["score"] == 1.0

@@ -18,8 +18,9 @@ from test_rollout_runner import SeededRandom
 from rlsvc.async_loop import RolloutProducer
 from rlsvc.loop import ScoredBatch
 from rlsvc.models.tokenizer import build_tokenizer
-from rlsvc.policy_io import BlackjackCodec
+from rlsvc.policy_io import TaskCodec
 from rlsvc.rollout.runner import RolloutRunner
+from rlsvc.tasks.blackjack import BlackjackTask
 
 GROUPS, GROUP_SIZE, SEED_STRIDE = 6, 4, 10_000
 
@@ -28,7 +29,7 @@ class Recording(SeededRandom):
     """Records, per generate call, which batches its episodes belong to (from their seeds) and
     whether another call was in flight; each call takes a moment, as an engine's would."""
 
-    def __init__(self, codec: BlackjackCodec) -> None:
+    def __init__(self, codec: TaskCodec) -> None:
         super().__init__(codec)
         self.lock = threading.Lock()
         self.in_flight = 0
@@ -79,7 +80,7 @@ def _episodes(eps) -> list[tuple]:
 
 
 def test_batches_stream_in_order_overlap_and_load_weights_between_rounds():
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
     gen = Recording(codec)
     sync = Sync(gen)
     runner = RolloutRunner(gen, RulesFleet(10), codec, max_turns=12, slot_groups=2)
@@ -108,7 +109,7 @@ def test_batches_stream_in_order_overlap_and_load_weights_between_rounds():
 
 @pytest.mark.parametrize("k", [0, 1, 2])
 def test_every_episode_starts_within_the_bound(k):
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
     gen = Recording(codec)
     sync = Sync(gen)
     runner = RolloutRunner(gen, RulesFleet(10), codec, max_turns=12, slot_groups=2)
@@ -127,7 +128,7 @@ def test_every_episode_starts_within_the_bound(k):
 
 def test_no_batch_starts_before_its_version_is_live():
     """Staleness 0: batch b waits for version b, so no call mixes batches."""
-    codec = BlackjackCodec(build_tokenizer())
+    codec = TaskCodec(BlackjackTask(), build_tokenizer())
     gen = Recording(codec)
     runner = RolloutRunner(gen, RulesFleet(10), codec, max_turns=12)
     producer = RolloutProducer(_loop(runner, staleness=0, sync=Sync(gen)), first_batch=0, engine_version=0)

@@ -195,7 +195,8 @@ def test_load_policy_on_a_chat_checkpoint_picks_the_likelier_answer(chat_checkpo
 
 
 def test_load_policy_refuses_other_tasks_and_formats(chat_checkpoint, tmp_path):
-    from rlsvc.eval import CheckpointError, _chat_format
+    from rlsvc.eval import CheckpointError
+    from rlsvc.tasks.blackjack import _chat_format
 
     for meta, message in (
         ({"task": "code", "prompt": "code/v1"}, "not a BlackJack"),

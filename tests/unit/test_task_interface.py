@@ -16,7 +16,7 @@ import torch
 from rlsvc.config import load_config
 from rlsvc.loop import choose_greedy, warm_start_batches
 from rlsvc.models.tokenizer import PAD_ID, build_tokenizer
-from rlsvc.policy_io import BlackjackCodec, TaskCodec
+from rlsvc.policy_io import TaskCodec
 from rlsvc.task import Task, TaskError
 from rlsvc.tasks.blackjack import BlackjackTask
 from rlsvc.tasks.code import CodeTask
@@ -81,11 +81,12 @@ def test_options_the_factory_does_not_take(example_on_path):
 
 
 def test_settings_that_use_a_missing_hook(example_on_path):
-    """The QA task validates but has no final evaluation nor warm start: left at their defaults
-    those settings are switched off; asked for explicitly, they are an error."""
+    """The QA task validates and (single-turn, with held-out questions) evaluates its saved policy,
+    but has no warm start: left at its default that setting is switched off; asked for
+    explicitly, it is an error."""
     cfg = load_config(None, ["env.task=rlsvc_qa.task:QATask"])
     task_for(cfg)
-    assert (cfg.model.warm_start_steps, cfg.eval.episodes, cfg.eval.every_steps) == (0, 0, 10)
+    assert (cfg.model.warm_start_steps, cfg.eval.episodes, cfg.eval.every_steps) == (0, 20000, 10)
     with pytest.raises(TaskError, match="model.warm_start_steps: task qa has no warm_start_examples hook; set it to 0"):
         task_for(load_config(None, ["env.task=rlsvc_qa.task:QATask", "model.warm_start_steps=5"]))
     assert all(BlackjackTask().has(h) for h in ("warm_start_examples", "validate", "evaluate"))
@@ -157,7 +158,7 @@ def test_warm_start_batches_mask_only_the_answer_tokens():
 
 
 def test_blackjack_warm_start_is_hit_or_stand_after_the_prompt():
-    codec = BlackjackCodec(build_tokenizer("blackjack"))
+    codec = TaskCodec(BlackjackTask(), build_tokenizer("blackjack"))
     [(ids, mask)] = list(warm_start_batches(codec, seed=0, steps=1, batch_size=64))
     assert (mask.sum(dim=1) == 1).all() and set(ids[mask.bool()].tolist()) == set(codec.allowed_token_ids)
 

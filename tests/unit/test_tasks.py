@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rlsvc.problems import arithmetic_problem, load_problems, parse_number, score_output, unit_test_program
+from rlsvc.problems.programming import Score, same
 from rlsvc.sandbox import LocalSandbox
-from rlsvc.tasks import arithmetic_problem, load_problems, parse_number, score_output, unit_test_program
-from rlsvc.tasks.programming import Score, same
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "data"))
 from reference_solutions import SOLUTIONS  # noqa: E402

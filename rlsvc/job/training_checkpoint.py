@@ -36,7 +36,7 @@ def save(
     keep: int,
     model: Any = None,
     policy_files: dict[str, str] | None = None,
-) -> Path:
+) -> Path | str:
     """Checkpoint after `step` steps under `root` (a folder or an object-store URI; never seen
     half-written: see `write_checkpoint`). With `model` (its
     rlsvc.models.spec), the current policy is also a Hugging Face folder, `policy/`, which

@@ -163,20 +163,37 @@ def _literal(text: str, limit: int) -> Any:
         return _MISSING
 
 
+_SCALARS = (type(None), bool, int, float, complex, str, bytes)
+
+
 def same(got: Any, want: Any, tol: float = 0.0) -> bool:
     """`got == want` with types: True is not 1, a list is not a tuple; numbers compare by value
     (an int result may meet a float expectation), within `tol` where the expected value is a
-    float; NaN equals nothing."""
+    float; NaN equals nothing. Never raises: a value that cannot be compared with the expected
+    one (an int too large for a float, a nesting deeper than the stack, an object that is not a
+    plain literal, whose `__eq__`, `__hash__` or `__repr__` raises or lies) is not it."""
+    try:
+        return _same(got, want, tol)
+    except Exception:  # OverflowError, RecursionError, MemoryError, whatever a hostile object raises
+        return False
+
+
+def _same(got: Any, want: Any, tol: float) -> bool:
     if want is None or isinstance(want, bool):
         return got is want
     if isinstance(want, (int, float)):
-        if isinstance(got, bool) or not isinstance(got, (int, float)) or not math.isfinite(got):
+        if type(got) not in (int, float) or (type(got) is float and not math.isfinite(got)):
             return False
-        return abs(got - want) <= tol if isinstance(want, float) else got == want
-    if type(got) is not type(want):
+        # int == int and int == float compare exactly at any size; a float expectation needs
+        # the difference as a float, which an int past 1e308 cannot give (OverflowError: not it)
+        return abs(got - want) <= tol if isinstance(want, float) else bool(got == want)
+    if type(got) is not type(want):  # exact types: a subclass of a literal type is not a literal
         return False
     if isinstance(want, (list, tuple)):
-        return len(got) == len(want) and all(same(g, w, tol) for g, w in zip(got, want))
+        return len(got) == len(want) and all(_same(g, w, tol) for g, w in zip(got, want))
     if isinstance(want, dict):
-        return got.keys() == want.keys() and all(same(got[k], want[k], tol) for k in want)
-    return bool(got == want)  # str, set, frozenset of literals
+        keys = list(got)
+        return all(type(k) in _SCALARS for k in keys) and got.keys() == want.keys() and all(_same(got[k], want[k], tol) for k in want)
+    if isinstance(want, (set, frozenset)):  # elements compared by the set's own ==: plain scalars only
+        return all(type(x) in _SCALARS for x in got) and bool(got == want)
+    return bool(got == want)  # str, bytes, complex
