@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +65,6 @@ class Outcome:
     mlflow_run_id: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
@@ -143,23 +143,18 @@ def write_completions(path: Path, problems: list[Problem], acc: Accuracy) -> Non
     )
 
 
-class torch_threads:
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
     """Inside the block torch computes with `n` threads (None: unchanged)."""
+    import torch
 
-    def __init__(self, n: int | None) -> None:
-        self.n, self.before = n, 0
-
-    def __enter__(self) -> None:
-        import torch
-
-        self.before = torch.get_num_threads()
-        if self.n:
-            torch.set_num_threads(self.n)
-
-    def __exit__(self, *exc: object) -> None:
-        import torch
-
-        torch.set_num_threads(self.before)
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def train(cfg: SFTConfig, prep: Prepared, group: Any, tracker: Any, outcome: Outcome) -> None:

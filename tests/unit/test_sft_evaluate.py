@@ -39,3 +39,14 @@ def test_batched_greedy_answers_equal_one_prompt_at_a_time(tmp_path):
     batched = greedy_completions(model, tokenizer, prompts, max_new_tokens=12, batch_size=3)
     alone = [greedy_completions(model, tokenizer, [p], max_new_tokens=12, batch_size=1)[0] for p in prompts]
     assert batched == alone and len(set(alone)) == 3 and all(alone)
+
+
+def test_evaluation_threads_are_set_inside_the_block_only():
+    from rlsvc.sft.job import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        assert torch.get_num_threads() == before
