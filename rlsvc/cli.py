@@ -16,6 +16,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score": ("rlsvc.problems.score", "score a solution against a programming problem's hidden tests (python -m rlsvc.problems)"),
     "serve-env": ("rlsvc.envs.serve", "serve a task's OpenEnv environment as its own process (python -m rlsvc.envs.serve)"),
     "make-tiny-hf": ("rlsvc.models.make_tiny_hf", "write a tiny Hugging Face model (python -m rlsvc.models.make_tiny_hf)"),
+    "sft": ("rlsvc.sft.__main__", "fine-tune a Hugging Face checkpoint on worked solutions, for RL to start from (python -m rlsvc.sft)"),
 }
 
 

@@ -17,19 +17,22 @@ import torch
 from rlsvc.sft.examples import Example
 
 
-def group_by_length(lengths: Sequence[int], tokens_per_batch: int, seed: int = 0) -> list[list[int]]:
+def group_by_length(lengths: Sequence[int], tokens_per_batch: int, seed: int = 0, min_rows: int = 1) -> list[list[int]]:
     """Indices of examples in batches: sorted by length, cut so that rows x the longest row stays
-    within `tokens_per_batch` (one row at least), then the batches shuffled by `seed` (so an epoch
-    does not run from short to long)."""
+    within `tokens_per_batch`, then the batches shuffled by `seed` (so an epoch does not run from
+    short to long). Every batch has at least `min_rows` rows (the data-parallel ranks: each rank
+    needs a row), over the budget if it must; a short last batch joins the one before it."""
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
     batches: list[list[int]] = []
     current: list[int] = []
     for i in order:
-        if current and (len(current) + 1) * lengths[i] > tokens_per_batch:
+        if len(current) >= max(min_rows, 1) and (len(current) + 1) * lengths[i] > tokens_per_batch:
             batches.append(current)
             current = []
         current.append(i)
-    if current:
+    if current and len(current) < min_rows and batches:
+        batches[-1] += current
+    elif current:
         batches.append(current)
     random.Random(seed).shuffle(batches)
     return batches

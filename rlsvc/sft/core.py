@@ -28,7 +28,8 @@ class SFTStepper(Protocol):
 
 @dataclass
 class SFTCore:
-    trainer: SFTStepper
+    trainer: SFTStepper | None
+    """steps `epoch`; None for a core that only encodes and batches (a job checks its data first)"""
     tokenizer: Any
     template: PromptTemplate = field(default_factory=PromptTemplate)
     answer_format: AnswerFormat = "gsm8k"
@@ -37,6 +38,8 @@ class SFTCore:
     tokens_per_batch: int = 8192
     """padded tokens per optimiser step (rows x the longest row)"""
     seed: int = 0
+    min_rows: int = 1
+    """rows per batch at least: the trainer's data-parallel ranks (each takes a share of the rows)"""
     skipped: int = 0
 
     def examples(self, problems: Sequence[Problem]) -> list[Example]:
@@ -53,13 +56,15 @@ class SFTCore:
     def batches(self, examples: Sequence[Example], epoch: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """One epoch's batches, in an order fixed by the seed and the epoch."""
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        for rows in group_by_length([len(e) for e in examples], self.tokens_per_batch, self.seed + epoch):
+        for rows in group_by_length([len(e) for e in examples], self.tokens_per_batch, self.seed + epoch, self.min_rows):
             yield collate([examples[i] for i in rows], pad)
 
     def padded_share(self, examples: Sequence[Example]) -> float:
         lengths = [len(e) for e in examples]
-        return padded_share(lengths, group_by_length(lengths, self.tokens_per_batch, self.seed))
+        return padded_share(lengths, group_by_length(lengths, self.tokens_per_batch, self.seed, self.min_rows))
 
     def epoch(self, examples: Sequence[Example], epoch: int = 0) -> list[float]:
         """Train one epoch; each step's loss (mean cross-entropy per answer token)."""
+        if self.trainer is None:
+            raise ValueError("SFTCore.epoch needs a trainer")
         return [self.trainer.sft_step(ids, mask) for ids, mask in self.batches(examples, epoch)]

@@ -90,3 +90,12 @@ def test_one_step_on_a_tiny_qwen3_is_the_answer_tokens_cross_entropy_and_learns(
     assert ((after - before) * mask).sum() / mask.sum() > 0.5  # the answers became more likely
     losses = core.epoch(examples, epoch=1)
     assert len(losses) >= 1 and all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_every_batch_has_a_row_for_each_rank():
+    lengths = [10, 10, 10, 10, 50, 200]  # the longest row alone fills a 256-token budget
+    batches = group_by_length(lengths, 256, seed=0, min_rows=2)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    assert all(len(b) >= 2 for b in batches) and [5] not in batches
+    assert [5] in group_by_length(lengths, 256, seed=0)  # one rank: the budget alone decides
+    assert group_by_length([30], 256, seed=0, min_rows=2) == [[0]]  # fewer rows than ranks: the job refuses it first
