@@ -19,7 +19,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 
-TRAIN, EPOCHS, EVAL_PROBLEMS, MAX_NEW = 400, 4, 50, 120
+TRAIN, EPOCHS, EVAL_PROBLEMS, MAX_NEW = 400, 3, 40, 120
 
 
 def own_strict_answer(text: str) -> int | None:
