@@ -9,10 +9,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rlsvc.reasoning.answers import INSTRUCTIONS, AnswerFormat  # standard library only
+
+if TYPE_CHECKING:
+    from rlsvc.task import Prompt
 
 
 class ConfigError(ValueError):
@@ -327,6 +332,88 @@ class CodeEnvConfig(BuiltinEnvBase):
     """Settings of the code environment."""
 
 
+class DatasetSpec(Strict):
+    """Where a reasoning dataset's problems come from and how its columns read."""
+
+    path: str | None = None
+    """a hub dataset name (e.g. openai/gsm8k) or a local folder, for splits given by name; None when both splits are files"""
+    subset: str | None = None
+    """the dataset's configuration (GSM8K's is 'main'); None for none"""
+    train: str = "train"
+    """the train split: a .jsonl/.json/.parquet file, or a split name of `path`"""
+    test: str = "test"
+    """the test split: a .jsonl/.json/.parquet file, or a split name of `path`"""
+    question_column: str = "question"
+    """the column holding the problem"""
+    answer_column: str = "answer"
+    """the column holding the reference: a worked solution ending in the final-answer format, or the final answer alone"""
+    answer_format: AnswerFormat = "gsm8k"
+    """gsm8k: a last line '#### N'; boxed: \\boxed{...} (MATH-style)"""
+    answer_is_final: bool = False
+    """the answer column holds only the final answer (e.g. '72'), not a worked solution"""
+
+
+class PromptTemplate(Strict):
+    """How a reasoning problem becomes the policy's input."""
+
+    style: Literal["plain", "chat"] = "plain"
+    """plain: one string; chat: a list of messages ({role, content}) for the model's chat template"""
+    template: str = "Question: {question}\n{instruction}\nAnswer:"
+    """the prompt (plain) or the user's message (chat); must contain {question}, may contain {instruction}"""
+    system: str | None = None
+    """chat only: a system message placed first"""
+    instruction: str | None = None
+    """the final-answer instruction; None takes the answer format's (e.g. "... last line as '#### N'.")"""
+
+    @model_validator(mode="after")
+    def _check(self) -> PromptTemplate:
+        if "{question}" not in self.template:
+            raise ValueError("template must contain {question}")
+        if self.system is not None and self.style != "chat":
+            raise ValueError("system is for style 'chat' only")
+        return self
+
+    def render(self, question: str, answer_format: AnswerFormat = "gsm8k") -> Prompt:
+        instruction = INSTRUCTIONS[answer_format] if self.instruction is None else self.instruction
+        # replace, not str.format: a question may hold braces ("\\frac{1}{2}")
+        text = self.template.replace("{instruction}", instruction).replace("{question}", question)
+        if self.style == "plain":
+            return text
+        messages = [{"role": "system", "content": self.system}] if self.system else []
+        return [*messages, {"role": "user", "content": text}]
+
+
+class ReasoningEnvConfig(EnvBase):
+    type: Literal["reasoning"] = "reasoning"
+    """Reasoning with verifiable rewards (rlsvc/tasks/reasoning.py): a dataset's problem, one
+    completion, its final answer checked by math-verify against the reference."""
+    data: DatasetSpec = DatasetSpec()
+    """The dataset: problems from its train split, the final evaluation on its test split. Relative
+    file paths are resolved against the driver's working directory when the config is read."""
+    prompt: PromptTemplate = PromptTemplate()
+    """The prompt template: plain or chat (`prompt.style=chat` needs a chat model), system prompt."""
+    reward: Literal["strict", "lenient"] = "strict"
+    """What correctness pays for: `strict`, the required final-answer format with an equivalent
+    answer (verl's and lm-eval's strict accuracy); `lenient`, also math-verify's own extraction."""
+    correct_reward: float = 1.0
+    """The reward of a correct answer."""
+    format_reward: float = Field(0.0, ge=0)
+    """Optional shaping: added when the required final-answer format is followed, right or wrong."""
+
+    @model_validator(mode="after")
+    def _resolve_files(self) -> ReasoningEnvConfig:
+        """Relative data files and folders, absolute once here, in the driver: the env and reward
+        actors may run in another working directory (or node) and load the same files."""
+        data = self.data
+        for split in ("train", "test"):
+            value = getattr(data, split)
+            if Path(value).suffix.lower() in (".jsonl", ".json", ".parquet") and not Path(value).is_absolute():
+                setattr(data, split, str(Path(value).resolve()))
+        if data.path is not None and not Path(data.path).is_absolute() and Path(data.path).is_dir():
+            data.path = str(Path(data.path).resolve())
+        return self
+
+
 class PluginEnvConfig(EnvBase):
     type: Literal["plugin"] = "plugin"
     """A task from outside rlsvc, named by `task` (set by giving `env.task`)."""
@@ -337,7 +424,7 @@ class PluginEnvConfig(EnvBase):
     """Keyword arguments for the task's factory (the task validates them)."""
 
 
-EnvConfig = Annotated[BlackjackEnvConfig | CodeEnvConfig | PluginEnvConfig, Field(discriminator="type")]
+EnvConfig = Annotated[BlackjackEnvConfig | CodeEnvConfig | ReasoningEnvConfig | PluginEnvConfig, Field(discriminator="type")]
 """The environment section: `env.type` picks a built-in task; `env.task` a third-party one."""
 
 
@@ -591,9 +678,18 @@ class Config(Strict):
             raise ValueError("env.type=code needs model.titan.tokenizer=chars (the blackjack vocabulary cannot write code)")
         if getattr(self.env, "chat", False) and self.model.source == "scratch":
             raise ValueError("env.chat=true needs a chat model (model.source=hf); the built-in tokenizers have no chat template")
+        if isinstance(self.env, ReasoningEnvConfig):
+            _check_reasoning(self.env, self.model)
         if self.rollout.max_tokens >= self.model.seq_len:
             raise ValueError(f"rollout.max_tokens ({self.rollout.max_tokens}) must be below the model's max_seq_len ({self.model.seq_len})")
         return self
+
+
+def _check_reasoning(env: ReasoningEnvConfig, model: ModelConfig) -> None:
+    if env.prompt.style == "chat" and model.source == "scratch":
+        raise ValueError("env.prompt.style=chat needs a chat model (model.source=hf); the built-in tokenizers have no chat template")
+    if model.source == "scratch" and model.titan.tokenizer == "blackjack":
+        raise ValueError("env.type=reasoning needs model.titan.tokenizer=chars or bytes (the blackjack vocabulary cannot write numbers)")
 
 
 def _plugin_tokenizer(titan: TitanModelConfig) -> None:
@@ -638,7 +734,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         return key.strip(), raw
 
 
-ENV_TYPES = ("blackjack", "code", "plugin")
+ENV_TYPES = ("blackjack", "code", "reasoning", "plugin")
 
 
 def _one_line(err: ValidationError) -> str:

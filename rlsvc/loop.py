@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -48,14 +48,39 @@ def assign_advantages(episodes: list[Episode], group_size: int, normalize_std: b
             ep.advantage = a
 
 
-def episode_metrics(episodes: list[Episode], codec: TaskCodec) -> dict[str, float]:
+def episode_metrics(episodes: list[Episode], codec: TaskCodec, max_tokens: int | None = None) -> dict[str, float]:
     n = max(len(episodes), 1)
     decisions = sum(len(ep.responses) for ep in episodes)
     return {
         "return_mean": sum(ep.reward for ep in episodes) / n,
         "decisions_per_episode": decisions / n,
+        **response_metrics(episodes, max_tokens),
+        "zero_variance_group_rate": zero_variance_group_rate(episodes),
         **codec.episode_metrics(episodes),
     }
+
+
+def response_metrics(episodes: list[Episode], max_tokens: int | None) -> dict[str, float]:
+    """Sampled tokens per episode (mean, max), and the rate of episodes with an answer cut at
+    `max_tokens` (`rollout.max_tokens`: an answer of exactly that length counts as cut)."""
+    lengths = [sum(len(r) for r in ep.responses) for ep in episodes]
+    cut = sum(any(max_tokens is not None and len(r) >= max_tokens for r in ep.responses) for ep in episodes)
+    return {
+        "response_len_mean": sum(lengths) / max(len(lengths), 1),
+        "response_len_max": float(max(lengths, default=0)),
+        "response_truncated_rate": cut / max(len(episodes), 1),
+    }
+
+
+def zero_variance_group_rate(episodes: list[Episode]) -> float:
+    """The share of scored groups whose rewards are all equal: their advantages are zero, so they
+    carry no gradient. Groups with a failed episode (left out of training) do not count."""
+    groups: dict[int, list[Episode]] = defaultdict(list)
+    for ep in episodes:
+        groups[ep.group_id].append(ep)
+    scored = [g for g in groups.values() if not any(ep.failed for ep in g)]
+    flat = sum(len({ep.reward for ep in g}) == 1 for g in scored)
+    return flat / max(len(scored), 1)
 
 
 def drop_failed_groups(episodes: list[Episode]) -> tuple[list[Episode], int]:
@@ -333,7 +358,7 @@ class GRPOLoop:
         if not batch_eps:  # every group failed: nothing to learn from; the version still moves on
             self.version += 1
             return {
-                **episode_metrics(played, self.codec),
+                **episode_metrics(played, self.codec, cfg.rollout.max_tokens),
                 **faults,
                 "train_skipped": 1.0,
                 "buffer_depth": float(depth),
@@ -356,7 +381,7 @@ class GRPOLoop:
         t_train = time.perf_counter()
         hist = Counter(staleness)
         return {
-            **episode_metrics(played, self.codec),
+            **episode_metrics(played, self.codec, cfg.rollout.max_tokens),
             **train,
             **faults,
             "nonfinite_steps_total": float(self.nonfinite.skipped),

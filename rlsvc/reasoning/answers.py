@@ -23,6 +23,11 @@ GSM8K_FINAL = re.compile(r"####\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
 ANNOTATION = re.compile(r"<<([^<>]*)>>")
 MAX_ANSWER_CHARS = 200
 """An extracted answer longer than this is not an answer (and would cost the verifier time)."""
+INSTRUCTIONS: dict[AnswerFormat, str] = {
+    "gsm8k": "Solve it step by step, then give the final answer on its own last line as '#### N'.",
+    "boxed": "Solve it step by step, then put the final answer in \\boxed{}.",
+}
+"""What a prompt tells the policy about each answer format (the rule the strict reward pays for)."""
 
 
 def last_boxed(text: str) -> str | None:

@@ -10,7 +10,8 @@ mapped by `question_column` and `answer_column`; MATH-style data uses `answer_fo
 Every problem of both splits is checked: a missing file, a missing column, an empty split, a row
 without the final-answer format, or a question in both splits raises `DatasetError`, one line
 naming the setting and the file. `DatasetError` is a `TaskError`, which `python -m rlsvc.train`
-already turns into one line on stderr and exit 2.
+already turns into one line on stderr and exit 2. `DatasetSpec` is a config section (`env.data`
+of `env.type=reasoning`), defined in `rlsvc/config.py`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from rlsvc.config import Strict
-from rlsvc.reasoning.answers import AnswerFormat, extract_strict
+from rlsvc.config import DatasetSpec
+from rlsvc.reasoning.answers import extract_strict
 from rlsvc.task import TaskError
+
+__all__ = ["DatasetError", "DatasetSpec", "Problem", "load_split", "load_splits"]
 
 FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 Split = Literal["train", "test"]
@@ -29,27 +32,6 @@ Split = Literal["train", "test"]
 
 class DatasetError(TaskError):
     """A dataset that cannot be used, as one line naming the setting and the file."""
-
-
-class DatasetSpec(Strict):
-    """Where a reasoning dataset's problems come from and how its columns read."""
-
-    path: str | None = None
-    """a hub dataset name (e.g. openai/gsm8k) or a local folder, for splits given by name; None when both splits are files"""
-    subset: str | None = None
-    """the dataset's configuration (GSM8K's is 'main'); None for none"""
-    train: str = "train"
-    """the train split: a .jsonl/.json/.parquet file, or a split name of `path`"""
-    test: str = "test"
-    """the test split: a .jsonl/.json/.parquet file, or a split name of `path`"""
-    question_column: str = "question"
-    """the column holding the problem"""
-    answer_column: str = "answer"
-    """the column holding the reference: a worked solution ending in the final-answer format, or the final answer alone"""
-    answer_format: AnswerFormat = "gsm8k"
-    """gsm8k: a last line '#### N'; boxed: \\boxed{...} (MATH-style)"""
-    answer_is_final: bool = False
-    """the answer column holds only the final answer (e.g. '72'), not a worked solution"""
 
 
 @dataclass(frozen=True)
@@ -80,8 +62,10 @@ def _source(spec: DatasetSpec, split: Split, setting: str) -> tuple[str, dict[st
 
 def _load(spec: DatasetSpec, split: Split, setting: str, cache_dir: str | None) -> tuple[str, Any]:
     where, kwargs = _source(spec, split, setting)
-    from datasets import load_dataset
+    from datasets import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars, load_dataset
 
+    quiet = are_progress_bars_disabled()
+    disable_progress_bars()  # its bars on stderr would break a data error's one line (and the job's log)
     try:
         return where, load_dataset(**kwargs, cache_dir=cache_dir)
     except Exception as e:  # noqa: BLE001 - datasets raises many types; all mean this split is unusable
@@ -90,6 +74,9 @@ def _load(spec: DatasetSpec, split: Split, setting: str, cache_dir: str | None) 
             raise DatasetError(f"{setting}.{split}: {where} has no rows") from e
         name = f"{setting}.path" if "split" not in first.lower() and spec.path else f"{setting}.{split}"
         raise DatasetError(f"{name}: cannot load {where}: {type(e).__name__}: {first}") from e
+    finally:
+        if not quiet:
+            enable_progress_bars()
 
 
 def _problems(spec: DatasetSpec, rows: Any, where: str, split: Split, setting: str) -> list[Problem]:

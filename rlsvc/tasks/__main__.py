@@ -68,9 +68,10 @@ def builtin_options(env_type: str) -> list[str]:
     """A built-in task's own settings: its config section's fields beyond those every task has."""
     from pydantic import BaseModel
 
-    from rlsvc.config import BlackjackEnvConfig, CodeEnvConfig, EnvBase
+    from rlsvc.config import BlackjackEnvConfig, CodeEnvConfig, EnvBase, ReasoningEnvConfig
 
-    section: type[BaseModel] = BlackjackEnvConfig if env_type == "blackjack" else CodeEnvConfig
+    sections: dict[str, type[BaseModel]] = {"blackjack": BlackjackEnvConfig, "code": CodeEnvConfig, "reasoning": ReasoningEnvConfig}
+    section = sections[env_type]
     defaults = section()
     own = [name for name in section.model_fields if name not in EnvBase.model_fields and name != "type"]
     return [

@@ -24,6 +24,7 @@ ENTRY_POINT_GROUP = "rlsvc.tasks"
 BUILTIN: dict[str, str] = {
     "blackjack": "rlsvc.tasks.blackjack:BlackjackTask",
     "code": "rlsvc.tasks.code:CodeTask",
+    "reasoning": "rlsvc.tasks.reasoning:ReasoningTask",
 }
 """Built-in tasks by `env.type`; each class builds itself from its config section (`from_config`)."""
 
