@@ -32,7 +32,7 @@ class SingleTurnTask(Task):
     """A task of one decision: problem `seed` -> `prompt` -> the policy's completion -> `score`.
     Implement `prompt` and `score`, and either set `problems` or override `problem`."""
 
-    outcomes = ("correct", "wrong", "invalid", "truncated")
+    outcomes: tuple[str, ...] = ("correct", "wrong", "invalid", "truncated")
     problems: Sequence[Any] = ()
     """The problems (e.g. a dataset's rows); reset with seed s deals `problems[s % len]`."""
     quick_steps: bool = True

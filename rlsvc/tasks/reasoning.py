@@ -50,8 +50,7 @@ def outcome_of(score: Score) -> str:
 
 class ReasoningTask(SingleTurnTask):
     name = "reasoning"
-    # (the ignore: SingleTurnTask's `outcomes` is unannotated, so mypy takes it as a 4-tuple)
-    outcomes = ("correct", "wrong", "lenient_formatted", "lenient_unformatted", "unformatted_wrong", "malformed", "invalid", "truncated")  # type: ignore[assignment]
+    outcomes = ("correct", "wrong", "lenient_formatted", "lenient_unformatted", "unformatted_wrong", "malformed", "invalid", "truncated")
 
     def __init__(
         self,
