@@ -750,8 +750,9 @@ def _one_line(err: ValidationError) -> str:
     return f"config error: {where}: {msg}{more}"
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    """Read YAML (if given), apply dotted overrides, validate; raise ConfigError with one line."""
+def read_tree(path: str | Path | None = None, overrides: list[str] | None = None) -> dict[str, Any]:
+    """The YAML file (if given) with the dotted overrides applied, not yet validated (the RL job's
+    and `rlsvc sft`'s configs are read alike); raise ConfigError with one line."""
     tree: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -766,6 +767,12 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         tree = loaded or {}
     for text in overrides or []:
         _set_dotted(tree, *parse_override(text))
+    return tree
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
+    """Read YAML (if given), apply dotted overrides, validate; raise ConfigError with one line."""
+    tree = read_tree(path, overrides)
     try:
         return Config.model_validate(tree)
     except ValidationError as e:

@@ -12,7 +12,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rlsvc.config import (
@@ -23,8 +22,7 @@ from rlsvc.config import (
     TrackingConfig,
     TrainerConfig,
     _one_line,
-    _set_dotted,
-    parse_override,
+    read_tree,
 )
 from rlsvc.reasoning.data import DatasetSpec
 from rlsvc.reasoning.prompts import PromptTemplate
@@ -113,20 +111,7 @@ class SFTConfig(Strict):
 
 def load_sft_config(path: str | Path | None = None, overrides: list[str] | None = None) -> SFTConfig:
     """Read YAML (if given), apply dotted overrides, validate; raise ConfigError with one line."""
-    tree: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config error: config file not found: {p}")
-        try:
-            loaded = yaml.safe_load(p.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config error: {p} is not valid YAML: {str(e).splitlines()[0]}") from e
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"config error: {p} must hold a mapping at the top level")
-        tree = loaded or {}
-    for text in overrides or []:
-        _set_dotted(tree, *parse_override(text))
+    tree = read_tree(path, overrides)
     try:
         return SFTConfig.model_validate(tree)
     except ValidationError as e:
