@@ -62,7 +62,14 @@ def test_remote_pool_plays_like_an_in_process_one(start_server: StartServer) -> 
             got = _play(remote, seeds, policies)
             assert got == _play(local, seeds, policies)
             assert [r for _, r in got] == [_plain_reward(s, p) for s, p in zip(seeds, policies)]
-        assert remote.stats() == {"sessions_lost": 0, "reconnects": 0, "env_lost": 0, "capacity_refusals": 0, "env_errors": 0, "open_sessions": 4}
+        assert remote.stats() == {
+            "sessions_lost": 0,
+            "reconnects": 0,
+            "env_lost": 0,
+            "capacity_refusals": 0,
+            "env_errors": 0,
+            "open_sessions": 4,
+        }
     # SIGTERM: a graceful stop, exit status 0
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
