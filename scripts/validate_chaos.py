@@ -70,7 +70,6 @@ def job_record(work: Path, uri: str) -> dict:
 
     result = json.loads(next((work / "runs").glob("*/result.json")).read_text())
     client = MlflowClient(uri)
-    metrics = client.get_run(result["mlflow_run_id"]).data.metrics
     kills = [json.loads(line) for line in (work / "chaos").read_text().splitlines() if line.startswith("{")]
     killed = [k for k in kills if "killed" in k]  # the injector's line per kill: its summary is missing when the job ends first
     return {
@@ -78,9 +77,11 @@ def job_record(work: Path, uri: str) -> dict:
         "by_actor": dict(Counter(k["killed"] for k in killed)),
         "killed": [(k["t_s"], k["killed"]) for k in killed],
         "steps": result["steps"],
-        "restarts": {kind: metrics.get(f"faults/restarts/{kind}", 0.0) for kind in KINDS},
-        "steps_redone": metrics.get("faults/steps_redone", 0.0),
-        "recovery_s": metrics.get("faults/recovery_s", 0.0),
+        # the job's own final counts (MLflow's latest value is the one at the highest step, and
+        # a recovery rewinds the step, so it can be an older count)
+        "restarts": {kind: result["faults"].get(f"faults/restarts/{kind}", 0.0) for kind in KINDS},
+        "steps_redone": result["faults"].get("faults/steps_redone", 0.0),
+        "recovery_s": result["faults"].get("faults/recovery_s", 0.0),
         "groups_dropped": sum(m.value for m in client.get_metric_history(result["mlflow_run_id"], "groups_dropped")),
         "eval": result["eval"],
     }

@@ -93,7 +93,11 @@ def finish(live: Live, trained: Trained) -> None:
     total_s = time.time() - job.started
     episodes = (loop.version - trained.first_version) * cfg.grpo.groups_per_step * cfg.grpo.group_size
     episodes_per_s = episodes / max(trained.train_s, 1e-9)
-    tracker.log_metrics({"total_s": total_s, "episodes_per_s": episodes_per_s}, step=loop.version)
+    # The fault counters again, at the last step: a recovery rewinds the step, so counts logged
+    # after it sit below values logged before it, and MLflow's latest value is the one at the
+    # highest step (then the newest): without this, a run's summary could show an older count.
+    faults = live.budgets.metrics()
+    tracker.log_metrics({"total_s": total_s, "episodes_per_s": episodes_per_s} | faults, step=loop.version)
     model_uri = log_artifacts(live, trained, checkpoint)
     folder = live.folder
     record = {
@@ -110,6 +114,7 @@ def finish(live: Live, trained: Trained) -> None:
         "train_s": trained.train_s,
         "episodes_per_s": episodes_per_s,
         "eval": result,
+        "faults": faults,
         "last_step": trained.last,
     }
     (folder.local / "result.json").write_text(json.dumps(record, indent=2))
