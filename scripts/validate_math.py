@@ -6,7 +6,7 @@ instead of RL. Writes benchmarks/results/validate_math.json: every command, the 
 epoch, the RL curve per step, the final greedy test accuracies with standard errors, wall times,
 and whether the recipe's targets hold.
 
-    python scripts/validate_math.py                     # seeds 1,2 and the control (make validate-math)
+    python scripts/validate_math.py                     # seeds 1,2; the control on seed 1 (make validate-math)
     python scripts/validate_math.py --seeds 1 --no-control --out FILE --work DIR
 
 Targets: the SFT start has a greedy test accuracy of 15-70% that has stopped rising (its last
@@ -222,6 +222,28 @@ def curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def record(results: list[dict[str, Any]], generate: list[str], generate_s: float) -> dict[str, Any]:
+    return {
+        "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}",
+        "configs": [SFT_CONFIG, RL_CONFIG],
+        "generate": {"command": shlex.join(generate), "wall_s": round(generate_s, 1)},
+        "targets": {"start": list(START), "gain": GAIN, "sft_plus_rl_minutes": LIMIT_MINUTES},
+        "summary": summary_rows(results),
+        "curves": curves(results),
+        "seeds": results,
+        "met": bool(results) and all(r["met"] for r in results),
+    }
+
+
+def write(out: Path, rec: dict[str, Any]) -> None:
+    """The record with repository paths relative and the interpreter as `python`: what a reader
+    runs from a checkout, not this machine's paths."""
+    text = json.dumps(rec, indent=1) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text.replace(sys.executable, "python").replace(f"{REPO}/", ""))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="1,2", help="training seeds, comma-separated (default 1,2)")
@@ -229,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "--work", type=Path, default=REPO / "runs" / "validate_math", help="data, checkpoints and logs (default runs/validate_math)"
     )
     p.add_argument("--out", type=Path, default=OUT, help=f"the results file (default {OUT.relative_to(REPO)})")
-    p.add_argument("--no-control", action="store_true", help="skip the further-SFT control")
+    p.add_argument("--no-control", action="store_true", help="skip the further-SFT control (else run for the first seed)")
     p.add_argument("--resume", action="store_true", help="keep --work's finished stages (after a failure) and run the rest")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -240,24 +262,15 @@ def main(argv: list[str] | None = None) -> int:
     generate = python("-m", "rlsvc.reasoning.generate", "--out", str(data), *GENERATE)
     generate_s = run(generate, work / "generate.log")
     uri = f"sqlite:///{work / 'mlflow.db'}"
-    results = [one_seed(work / f"seed{s}", s, data, uri, not args.no_control) for s in seeds]
-    record = {
-        "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}",
-        "configs": [SFT_CONFIG, RL_CONFIG],
-        "generate": {"command": shlex.join(generate), "wall_s": round(generate_s, 1)},
-        "targets": {"start": list(START), "gain": GAIN, "sft_plus_rl_minutes": LIMIT_MINUTES},
-        "summary": summary_rows(results),
-        "curves": curves(results),
-        "seeds": results,
-        "met": all(r["met"] for r in results),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(record, indent=1) + "\n")
-    for row in record["summary"]:
+    results: list[dict[str, Any]] = []
+    for i, seed in enumerate(seeds):  # the file is rewritten after each seed: a cut-short run keeps what it measured
+        results.append(one_seed(work / f"seed{seed}", seed, data, uri, control=i == 0 and not args.no_control))
+        write(args.out, record(results, generate, generate_s))
+    rec = record(results, generate, generate_s)
+    for row in rec["summary"]:
         print(row)
-    print(f"met: {record['met']}  ({args.out})")
-    return 0 if record["met"] else 1
+    print(f"met: {rec['met']}  ({args.out})")
+    return 0 if rec["met"] else 1
 
 
 if __name__ == "__main__":
