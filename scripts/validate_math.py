@@ -186,39 +186,29 @@ def summary_rows(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Both stages' curves side by side, one row per epoch or step, for the docs."""
-    rows = [
-        {
-            "seed": r["seed"],
-            "stage": "SFT",
-            "epoch or step": c["epoch"],
-            "greedy test accuracy": c["accuracy"],
-            "loss or train accuracy": c["loss"],
-        }
-        for r in seeds
-        for c in r["sft"]["curve"]
-    ]
+def sft_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per seed: the greedy test accuracy after each SFT epoch (and the control's epochs)."""
+    rows = []
     for r in seeds:
-        rows += [
-            {
-                "seed": r["seed"],
-                "stage": "GRPO",
-                "epoch or step": c["step"],
-                "greedy test accuracy": None,
-                "loss or train accuracy": c["train strict accuracy (T=1)"],
-            }
-            for c in r["rl"]["curve"]
-        ]
-        rows.append(
-            {
-                "seed": r["seed"],
-                "stage": "GRPO final",
-                "epoch or step": r["rl"]["steps"],
-                "greedy test accuracy": r["rl"]["accuracy"],
-                "loss or train accuracy": None,
-            }
-        )
+        rows.append({"seed": r["seed"], "run": "SFT", **{f"ep {c['epoch']}": c["accuracy"] for c in r["sft"]["curve"]}})
+        if r.get("control"):
+            rows.append(
+                {"seed": r["seed"], "run": "further SFT (control)", **{f"ep {c['epoch']}": c["accuracy"] for c in r["control"]["curve"]}}
+            )
+    return rows
+
+
+def rl_curves(seeds: list[dict[str, Any]], every: int = 10) -> list[dict[str, Any]]:
+    """One row per seed: greedy test accuracy at the start and the end, and between them the mean
+    strict accuracy of the sampled training answers (T=1.0) over each `every` steps."""
+    rows = []
+    for r in seeds:
+        row: dict[str, Any] = {"seed": r["seed"], "start (greedy)": r["start_accuracy"]}
+        curve = r["rl"]["curve"]
+        for lo in range(0, len(curve), every):
+            part = [c["train strict accuracy (T=1)"] for c in curve[lo : lo + every]]
+            row[f"steps {curve[lo]['step']}-{curve[lo + len(part) - 1]['step']} (T=1)"] = round(sum(part) / len(part), 3)
+        rows.append({**row, "final (greedy)": r["rl"]["accuracy"]})
     return rows
 
 
@@ -230,7 +220,8 @@ def record(results: list[dict[str, Any]], generate: list[str], generate_s: float
         "generate": {"command": shlex.join(generate), "wall_s": round(generate_s, 1)},
         "targets": {"start": list(START), "gain": GAIN, "sft_plus_rl_minutes": LIMIT_MINUTES},
         "summary": summary_rows(results),
-        "curves": curves(results),
+        "sft_curves": sft_curves(results),
+        "rl_curves": rl_curves(results),
         "seeds": results,
         "met": bool(results) and all(r["met"] for r in results),
     }
