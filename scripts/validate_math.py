@@ -198,9 +198,12 @@ def sft_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def rl_curves(seeds: list[dict[str, Any]], every: int = 10) -> list[dict[str, Any]]:
+def rl_curves(seeds: list[dict[str, Any]], columns: int = 6) -> list[dict[str, Any]]:
     """One row per seed: greedy test accuracy at the start and the end, and between them the mean
-    strict accuracy of the sampled training answers (T=1.0) over each `every` steps."""
+    strict accuracy of the sampled training answers (T=1.0) over spans of a multiple of 10 steps,
+    at most `columns` of them (the longest run's steps decide the span)."""
+    longest = max((len(r["rl"]["curve"]) for r in seeds), default=0)
+    every = 10 * max(1, math.ceil(longest / columns / 10))
     rows = []
     for r in seeds:
         row: dict[str, Any] = {"seed": r["seed"], "start (greedy)": r["start_accuracy"]}
@@ -244,7 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=OUT, help=f"the results file (default {OUT.relative_to(REPO)})")
     p.add_argument("--no-control", action="store_true", help="skip the further-SFT control (else run for the first seed)")
     p.add_argument("--resume", action="store_true", help="keep --work's finished stages (after a failure) and run the rest")
+    p.add_argument("--rerender", action="store_true", help="run nothing: rebuild --out's tables from the seeds it holds")
     args = p.parse_args(argv)
+    if args.rerender:
+        old = json.loads(args.out.read_text())
+        write(args.out, {**record(old["seeds"], [], 0.0), "measured": old["measured"], "generate": old["generate"]})
+        return 0
     seeds = [int(s) for s in args.seeds.split(",")]
     work = args.work.resolve()
     if work.exists() and any(work.iterdir()) and not args.resume:
