@@ -198,19 +198,17 @@ def sft_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def rl_curves(seeds: list[dict[str, Any]], columns: int = 6) -> list[dict[str, Any]]:
+def rl_curves(seeds: list[dict[str, Any]], spans: int = 6) -> list[dict[str, Any]]:
     """One row per seed: greedy test accuracy at the start and the end, and between them the mean
-    strict accuracy of the sampled training answers (T=1.0) over spans of a multiple of 10 steps,
-    at most `columns` of them (the longest run's steps decide the span)."""
-    longest = max((len(r["rl"]["curve"]) for r in seeds), default=0)
-    every = 10 * max(1, math.ceil(longest / columns / 10))
+    strict accuracy of the sampled training answers (T=1.0) over `spans` equal spans of its steps."""
     rows = []
     for r in seeds:
-        row: dict[str, Any] = {"seed": r["seed"], "start (greedy)": r["start_accuracy"]}
-        curve = r["rl"]["curve"]
-        for lo in range(0, len(curve), every):
-            part = [c["train strict accuracy (T=1)"] for c in curve[lo : lo + every]]
-            row[f"steps {curve[lo]['step']}-{curve[lo + len(part) - 1]['step']} (T=1)"] = round(sum(part) / len(part), 3)
+        curve = [c["train strict accuracy (T=1)"] for c in r["rl"]["curve"]]
+        every = max(1, math.ceil(len(curve) / spans))
+        row: dict[str, Any] = {"seed": r["seed"], "steps per span": every, "start (greedy)": r["start_accuracy"]}
+        for i, lo in enumerate(range(0, len(curve), every), 1):
+            part = curve[lo : lo + every]
+            row[f"span {i} (T=1)"] = round(sum(part) / len(part), 3)
         rows.append({**row, "final (greedy)": r["rl"]["accuracy"]})
     return rows
 
