@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install crds prometheus chromium screenshots monitor notebooks run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-chaos gpu-check clean
+.PHONY: install crds prometheus chromium screenshots monitor notebooks run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-math validate-chaos gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,13 @@ format: install
 # greedy return >= -0.08 within 20 minutes; writes benchmarks/results/validate_blackjack_hf_tiny.json
 validate-hf: install
 	$(BIN)/python scripts/validate_hf.py $(ARGS)
+
+# the reasoning recipe in miniature (issue 57, docs/reasoning.md): generated word problems, a tiny
+# Qwen3, `rlsvc sft`, then GRPO from its folder, for seeds 1 and 2, and the same wall time of further
+# SFT as the control; writes benchmarks/results/validate_math.json (scripts/validate_math.py;
+# ARGS="--seeds 1 --no-control" for one seed)
+validate-math: install
+	$(BIN)/python scripts/validate_math.py $(ARGS)
 
 # the learner's CUDA paths on one GPU, without Ray or vLLM (scripts/gpu_check.py; ARGS="--device
 # cpu" runs the same checks on CPU, ARGS="--out FILE.json" keeps the report)

@@ -3,12 +3,14 @@
     python -m rlsvc.models.make_tiny_hf --family qwen3|llama|qwen2 --out DIR [--seed S]
         [--vocab-size N] [--hidden-size H] [--layers L] [--heads A] [--kv-heads K]
         [--head-dim D] [--intermediate-size I] [--max-position 512] [--init-std 0.02]
-        [--tie-word-embeddings | --no-tie-word-embeddings]
+        [--tie-word-embeddings | --no-tie-word-embeddings] [--corpus FILE]
 
 The folder is what a real pretrained checkpoint of the family looks like to `transformers` and
 vLLM (`config.json` with the family's `model_type` and architecture, float32 safetensors,
 `generation_config.json`, a byte-level BPE chat tokenizer from `rlsvc.models.hf_tokenizer`), only
 small enough for CPU tests, so the real loading paths are tested without downloading weights.
+The tokenizer is trained on a fixed mixed corpus, or with `--corpus FILE` on the text the model
+will learn (a JSONL file's string fields, e.g. the generator's train.jsonl; any other file's lines).
 
 Shape conventions follow the real families: Qwen2/2.5 have q/k/v biases, Qwen3 has q/k RMSNorm,
 no biases and an explicit `head_dim`, Llama 3 has no biases and `rope_theta=500000`; the small
@@ -49,6 +51,8 @@ COMMON_DEFAULTS: dict[str, Any] = {
     # a near-uniform next-token distribution whose greedy choice, with tied embeddings, mostly
     # repeats the last token; ~0.1 gives logits of std ~1 and varied greedy continuations.
     "init_std": 0.02,
+    # the tokenizer's training text: None, the fixed mixed corpus; else a file (`corpus_file`)
+    "corpus": None,
 }
 FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3": {"tie_word_embeddings": True, "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6},
@@ -132,8 +136,9 @@ def make_tiny_hf(family: str, out: str | Path, **overrides: Any) -> Path:
 
     `overrides` are any keys of `defaults(family)`: vocab_size (the tokenizer's), hidden_size,
     layers, heads, kv_heads, head_dim, intermediate_size, max_position, tie_word_embeddings,
-    rope_theta, rms_norm_eps, init_std, seed (weights), tokenizer_seed (training text). Returns `out`.
-    Raises `RefusedError` for an unknown family or an existing non-empty `out`.
+    rope_theta, rms_norm_eps, init_std, seed (weights), tokenizer_seed (the mixed corpus), corpus
+    (a file to train the tokenizer on instead). Returns `out`. Raises `RefusedError` for an unknown
+    family or an existing non-empty `out`, ValueError for a corpus file without text.
     """
     _check_family(family)
     out = Path(out)
@@ -147,9 +152,10 @@ def make_tiny_hf(family: str, out: str | Path, **overrides: Any) -> Path:
     import torch
     from transformers import GenerationConfig, LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 
-    from rlsvc.models.hf_tokenizer import build_chat_tokenizer
+    from rlsvc.models.hf_tokenizer import build_chat_tokenizer, corpus_file
 
-    tokenizer = build_chat_tokenizer(family, vocab_size=settings["vocab_size"], seed=settings["tokenizer_seed"])
+    texts = corpus_file(settings["corpus"]) if settings["corpus"] is not None else None
+    tokenizer = build_chat_tokenizer(family, vocab_size=settings["vocab_size"], seed=settings["tokenizer_seed"], texts=texts)
     config = build_config(family, settings, tokenizer)
     model_cls = {"llama": LlamaForCausalLM, "qwen2": Qwen2ForCausalLM, "qwen3": Qwen3ForCausalLM}[family]
     torch.manual_seed(settings["seed"])
@@ -194,6 +200,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tie-word-embeddings", action=argparse.BooleanOptionalAction, default=None, help="default: on for qwen2/qwen3, off for llama"
     )
+    p.add_argument("--corpus", type=Path, help="train the tokenizer on this file (JSONL: its string fields; else its lines)")
     return p
 
 

@@ -218,6 +218,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--min-steps", type=int, help="override the level's fewest operations")
     p.add_argument("--max-steps", type=int, help="override the level's most operations")
     p.add_argument("--max-value", type=int, help="override the level's largest count")
+    p.add_argument("--max-start", type=int, help="override the level's largest first count")
+    p.add_argument("--max-addend", type=int, help="override the level's largest amount added or given away")
     p.add_argument("--parquet", action="store_true", help="also write train.parquet and test.parquet")
     return p
 
@@ -225,9 +227,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     base = LEVELS[args.level]
-    overrides = {
-        k: v for k, v in (("min_steps", args.min_steps), ("max_steps", args.max_steps), ("max_value", args.max_value)) if v is not None
-    }
+    names = ("min_steps", "max_steps", "max_value", "max_start", "max_addend")
+    overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     try:
         d = Difficulty(**{**base.__dict__, **overrides})
         if args.train < 1 or args.test < 1:

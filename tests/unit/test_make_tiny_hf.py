@@ -178,3 +178,29 @@ def test_cli_writes_into_empty_folder(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
     assert cfg["model_type"] == "qwen2" and cfg["tie_word_embeddings"] is False
+
+
+def test_corpus_file_trains_the_tokenizer_on_the_generated_problems(tmp_path) -> None:
+    from rlsvc.reasoning.generate import LEVELS, generate, write
+
+    write(generate(300, 10, d=LEVELS["easy"]), tmp_path / "data")
+    rows = [json.loads(line) for line in (tmp_path / "data" / "test.jsonl").read_text().splitlines()]
+    text = rows[0]["question"] + "\n" + rows[0]["answer"]
+    mixed = build_chat_tokenizer("qwen3", vocab_size=720)
+    own = make_tiny_hf("qwen3", tmp_path / "m", vocab_size=720, corpus=tmp_path / "data" / "train.jsonl")
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(own))
+    ids = tok.encode(text, add_special_tokens=False)
+    assert tok.decode(ids) == text and tok.decode(tok.encode(ROUND_TRIP, add_special_tokens=False)) == ROUND_TRIP
+    assert len(ids) < 0.8 * len(mixed.encode(text, add_special_tokens=False))  # its merges are the problems' words
+    assert [tok.decode([i]) for i in tok.encode("2025", add_special_tokens=False)] == ["2", "0", "2", "5"]  # digits one at a time
+
+
+def test_cli_corpus_without_text_is_one_line_and_exit_2(tmp_path) -> None:
+    (tmp_path / "empty.jsonl").write_text('{"n": 1}\n')
+    proc = _cli("--family", "qwen3", "--out", str(tmp_path / "m"), "--corpus", str(tmp_path / "empty.jsonl"))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--corpus" in lines[0] and "empty.jsonl" in lines[0] and "no text" in lines[0]
+    assert not (tmp_path / "m").exists()

@@ -86,3 +86,11 @@ def test_cli_writes_jsonl_and_parquet_and_refuses_bad_knobs(tmp_path, capsys):
     assert main(["--out", str(tmp_path), "--min-steps", "5", "--max-steps", "4"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "min_steps" in err
+
+
+def test_cli_overrides_the_levels_number_ranges(tmp_path):
+    args = ["--train", "60", "--test", "6", "--level", "easy", "--max-start", "50", "--max-addend", "40", "--max-value", "120"]
+    assert main(["--out", str(tmp_path), *args]) == 0
+    wide = Difficulty(min_steps=2, max_steps=2, ops=("add", "sub"), max_start=50, max_addend=40, max_value=120)
+    train = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
+    assert train == generate(60, 6, d=wide)["train"] != generate(60, 6, d=LEVELS["easy"])["train"]

@@ -1,0 +1,274 @@
+"""The reasoning recipe in miniature, end to end on this CPU (issue 57; docs/reasoning.md, "The
+miniature recipe"): generate the arithmetic word problems, make a tiny Qwen3 checkpoint, `rlsvc
+sft` it (configs/sft_arith_tiny.yaml), then GRPO from its folder (configs/math_tiny_rl.yaml), for
+each training seed; and, as the control, the same wall time of further SFT from the SFT folder
+instead of RL. Writes benchmarks/results/validate_math.json: every command, the SFT curve per
+epoch, the RL curve per step, the final greedy test accuracies with standard errors, wall times,
+and whether the recipe's targets hold.
+
+    python scripts/validate_math.py                     # seeds 1,2; the control on seed 1 (make validate-math)
+    python scripts/validate_math.py --seeds 1 --no-control --out FILE --work DIR
+
+Targets: the SFT start has a greedy test accuracy of 15-70% that has stopped rising (its last
+epoch not above the best before it by more than one standard error); GRPO raises it by at least
+10 points; SFT + RL take at most 30 minutes wall. Exit 0 when every seed meets them, else 1 (the
+file is written either way). Every stage is a subprocess run as a user runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "benchmarks" / "results" / "validate_math.json"
+SFT_CONFIG = "configs/sft_arith_tiny.yaml"
+RL_CONFIG = "configs/math_tiny_rl.yaml"
+# the recipe's data and model (docs/reasoning.md says why each)
+GENERATE = ["--level", "easy", "--max-start", "50", "--max-addend", "50"]
+MODEL = ["--family", "qwen3", "--hidden-size", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--intermediate-size", "256"]
+START = (0.15, 0.70)
+GAIN = 0.10
+LIMIT_MINUTES = 30.0
+
+
+def run(cmd: list[str], log: Path) -> float:
+    """Run `cmd` in the repository (output to `log`); its wall seconds. A failure names the log.
+    A stage that finished before (its `.done` file beside the log, from an earlier `--resume`d
+    run) is not run again: its recorded wall seconds are returned."""
+    done = log.with_suffix(".done")
+    if done.exists():
+        return float(done.read_text())
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    with log.open("w") as f:
+        code = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "RAY_AUTH_MODE": "disabled"}).returncode
+    if code != 0:
+        raise SystemExit(f"validate_math: {shlex.join(cmd)} failed (exit {code}); see {log}")
+    wall = time.monotonic() - start
+    done.write_text(f"{wall:.3f}")
+    return wall
+
+
+def python(*args: str) -> list[str]:
+    return [sys.executable, *args]
+
+
+def stderr(p: float, n: int) -> float:
+    return math.sqrt(p * (1 - p) / n) if n else 0.0
+
+
+def sft(work: Path, name: str, seed: int, start: Path, data: Path, uri: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`rlsvc sft` from `start`; its command, wall time and per-epoch curve."""
+    cmd = python(
+        *("-m", "rlsvc.sft", "--config", SFT_CONFIG, f"run.name={name}", f"run.seed={seed}", f"run.output_dir={work}"),
+        *(f"model.path={start}", f"data.train={data / 'train.jsonl'}", f"data.test={data / 'test.jsonl'}", f"tracking.tracking_uri={uri}"),
+        *extra,
+    )
+    wall = run(cmd, work / f"{name}.log")
+    result = json.loads((work / name / "result.json").read_text())
+    curve = [
+        {"epoch": e["epoch"], "steps": e["steps"], "loss": round(e["loss"], 4), "accuracy": e["accuracy"], "stderr": round(e["stderr"], 4)}
+        for e in result["epochs"]
+    ]
+    epoch_s = [e["train_s"] + (e["eval_s"] or 0.0) for e in result["epochs"]]
+    return {
+        "command": shlex.join(cmd),
+        "wall_s": round(wall, 1),
+        "epoch_s": [round(s, 1) for s in epoch_s],
+        "curve": curve,
+        "folder": result["model_dir"],
+    }
+
+
+def history(result: dict[str, Any], key: str) -> list[tuple[int, float]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(result["tracking_uri"])
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(result["mlflow_run_id"], key), key=lambda m: m.step)]
+
+
+def rl(work: Path, seed: int, folder: str, data: Path, uri: str) -> dict[str, Any]:
+    """GRPO from the SFT folder; its command, wall time, per-step training curve and final greedy test accuracy."""
+    out = work / "rl"
+    cmd = python(
+        *("-m", "rlsvc.train", "--config", RL_CONFIG, f"model.path={folder}", f"run.seed={seed}", f"run.output_dir={out}"),
+        *(f"env.data.train={data / 'train.jsonl'}", f"env.data.test={data / 'test.jsonl'}", f"tracking.tracking_uri={uri}"),
+    )
+    wall = run(cmd, work / "rl.log")
+    [run_dir] = [p for p in out.iterdir() if p.is_dir() and p.name.startswith("math_tiny_rl")]
+    result = json.loads((run_dir / "result.json").read_text())
+    final, n = result["eval"]["strict_accuracy"], int(result["eval"]["episodes"])
+    acc = dict(history(result, "strict_accuracy"))
+    curve = [
+        {"step": s, "train strict accuracy (T=1)": round(acc.get(s, float("nan")), 4), "mean return": round(v, 4)}
+        for s, v in history(result, "return_mean")
+    ]
+    return {
+        "command": shlex.join(cmd),
+        "wall_s": round(wall, 1),
+        "steps": result["steps"],
+        "startup_s": round(result["startup_s"], 1),
+        "accuracy": final,
+        "stderr": round(stderr(final, n), 4),
+        "problems": n,
+        "curve": curve,
+    }
+
+
+def plateaued(curve: list[dict[str, Any]]) -> bool:
+    """Stopped rising: the last epoch is not above the best epoch before it by more than one s.e."""
+    if len(curve) < 2:
+        return False
+    return curve[-1]["accuracy"] <= max(c["accuracy"] for c in curve[:-1]) + curve[-1]["stderr"]
+
+
+def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict[str, Any]:
+    start = work / "start"
+    make = python(
+        "-m", "rlsvc.models.make_tiny_hf", *MODEL, "--seed", str(seed), "--corpus", str(data / "train.jsonl"), "--out", str(start)
+    )
+    make_s = run(make, work / "make_tiny_hf.log")
+    s = sft(work, "sft", seed, start, data, uri)
+    r = rl(work, seed, s["folder"], data, uri)
+    begin = s["curve"][-1]
+    row: dict[str, Any] = {
+        "seed": seed,
+        "make_tiny_hf": {"command": shlex.join(make), "wall_s": round(make_s, 1)},
+        "sft": s,
+        "rl": r,
+        "start_accuracy": begin["accuracy"],
+        "start_stderr": begin["stderr"],
+        "gain": round(r["accuracy"] - begin["accuracy"], 4),
+        "gain_stderr": round(math.hypot(r["stderr"], begin["stderr"]), 4),
+        "sft_plus_rl_minutes": round((s["wall_s"] + r["wall_s"]) / 60, 2),
+    }
+    if control:  # the RL stage's wall time spent on further SFT instead, whole epochs, from the same folder
+        epochs = max(1, round(r["wall_s"] / (sum(s["epoch_s"]) / len(s["epoch_s"]))))
+        c = sft(work, "sft_more", seed, Path(s["folder"]), data, uri, (f"sft.epochs={epochs}",))
+        row["control"] = {**c, "accuracy": c["curve"][-1]["accuracy"], "stderr": c["curve"][-1]["stderr"]}
+    row["met"] = bool(
+        START[0] <= begin["accuracy"] <= START[1]
+        and plateaued(s["curve"])
+        and row["gain"] >= GAIN
+        and row["sft_plus_rl_minutes"] <= LIMIT_MINUTES
+    )
+    return row
+
+
+def summary_rows(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per seed for the docs' table."""
+    rows = []
+    for r in seeds:
+        c = r.get("control")
+        rows.append(
+            {
+                "seed": r["seed"],
+                "SFT start (greedy, 500 test)": f"{r['start_accuracy']:.3f} +- {r['start_stderr']:.3f}",
+                "after GRPO": f"{r['rl']['accuracy']:.3f} +- {r['rl']['stderr']:.3f}",
+                "gain": f"{r['gain']:+.3f} +- {r['gain_stderr']:.3f}",
+                "further SFT instead (same wall time)": f"{c['accuracy']:.3f} +- {c['stderr']:.3f}" if c else "not run",
+                "SFT min": round(r["sft"]["wall_s"] / 60, 1),
+                "RL min": round(r["rl"]["wall_s"] / 60, 1),
+                "GRPO steps": r["rl"]["steps"],
+                "met": r["met"],
+            }
+        )
+    return rows
+
+
+def sft_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per seed: the greedy test accuracy after each SFT epoch (and the control's epochs)."""
+    rows = []
+    for r in seeds:
+        rows.append({"seed": r["seed"], "run": "SFT", **{f"ep {c['epoch']}": c["accuracy"] for c in r["sft"]["curve"]}})
+        if r.get("control"):
+            rows.append(
+                {"seed": r["seed"], "run": "further SFT (control)", **{f"ep {c['epoch']}": c["accuracy"] for c in r["control"]["curve"]}}
+            )
+    return rows
+
+
+def rl_curves(seeds: list[dict[str, Any]], spans: int = 6) -> list[dict[str, Any]]:
+    """One row per seed: greedy test accuracy at the start and the end, and between them the mean
+    strict accuracy of the sampled training answers (T=1.0) over `spans` equal spans of its steps."""
+    rows = []
+    for r in seeds:
+        curve = [c["train strict accuracy (T=1)"] for c in r["rl"]["curve"]]
+        every = max(1, math.ceil(len(curve) / spans))
+        row: dict[str, Any] = {"seed": r["seed"], "steps per span": every, "start (greedy)": r["start_accuracy"]}
+        for i, lo in enumerate(range(0, len(curve), every), 1):
+            part = curve[lo : lo + every]
+            row[f"span {i} (T=1)"] = round(sum(part) / len(part), 3)
+        rows.append({**row, "final (greedy)": r["rl"]["accuracy"]})
+    return rows
+
+
+def record(results: list[dict[str, Any]], generate: list[str], generate_s: float) -> dict[str, Any]:
+    return {
+        "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}",
+        "configs": [SFT_CONFIG, RL_CONFIG],
+        "generate": {"command": shlex.join(generate), "wall_s": round(generate_s, 1)},
+        "targets": {"start": list(START), "gain": GAIN, "sft_plus_rl_minutes": LIMIT_MINUTES},
+        "summary": summary_rows(results),
+        "sft_curves": sft_curves(results),
+        "rl_curves": rl_curves(results),
+        "seeds": results,
+        "met": bool(results) and all(r["met"] for r in results),
+    }
+
+
+def write(out: Path, rec: dict[str, Any]) -> None:
+    """The record with repository paths relative and the interpreter as `python`: what a reader
+    runs from a checkout, not this machine's paths."""
+    text = json.dumps(rec, indent=1) + "\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text.replace(sys.executable, "python").replace(f"{REPO}/", ""))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seeds", default="1,2", help="training seeds, comma-separated (default 1,2)")
+    p.add_argument(
+        "--work", type=Path, default=REPO / "runs" / "validate_math", help="data, checkpoints and logs (default runs/validate_math)"
+    )
+    p.add_argument("--out", type=Path, default=OUT, help=f"the results file (default {OUT.relative_to(REPO)})")
+    p.add_argument("--no-control", action="store_true", help="skip the further-SFT control (else run for the first seed)")
+    p.add_argument("--resume", action="store_true", help="keep --work's finished stages (after a failure) and run the rest")
+    p.add_argument("--rerender", action="store_true", help="run nothing: rebuild --out's tables from the seeds it holds")
+    args = p.parse_args(argv)
+    if args.rerender:
+        old = json.loads(args.out.read_text())
+        write(args.out, {**record(old["seeds"], [], 0.0), "measured": old["measured"], "generate": old["generate"]})
+        return 0
+    seeds = [int(s) for s in args.seeds.split(",")]
+    work = args.work.resolve()
+    if work.exists() and any(work.iterdir()) and not args.resume:
+        raise SystemExit(f"validate_math: --work {work} is not empty; remove it or name another")
+    data = work / "data"
+    generate = python("-m", "rlsvc.reasoning.generate", "--out", str(data), *GENERATE)
+    generate_s = run(generate, work / "generate.log")
+    uri = f"sqlite:///{work / 'mlflow.db'}"
+    results: list[dict[str, Any]] = []
+    for i, seed in enumerate(seeds):  # the file is rewritten after each seed: a cut-short run keeps what it measured
+        results.append(one_seed(work / f"seed{seed}", seed, data, uri, control=i == 0 and not args.no_control))
+        write(args.out, record(results, generate, generate_s))
+    rec = record(results, generate, generate_s)
+    for row in rec["summary"]:
+        print(row)
+    print(f"met: {rec['met']}  ({args.out})")
+    return 0 if rec["met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The miniature recipe's pieces agree (scripts/validate_math.py, configs/sft_arith_tiny.yaml,
+configs/math_tiny_rl.yaml): the script's generator and model flags are ones the CLIs take, the RL
+stage shows the prompt SFT taught and has room for the longest worked solution, both configs'
+dry runs read the generator's output and a `make_tiny_hf --corpus` folder, and the plateau rule
+the script applies to the SFT curve."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from rlsvc.config import load_config
+from rlsvc.models.make_tiny_hf import _parser as make_parser
+from rlsvc.models.make_tiny_hf import make_tiny_hf
+from rlsvc.reasoning.generate import _parser as generate_parser
+from rlsvc.reasoning.generate import main as generate
+from rlsvc.sft.__main__ import main as sft_main
+from rlsvc.sft.config import load_sft_config
+from rlsvc.train import main as train_main
+
+REPO = Path(__file__).resolve().parents[2]
+SFT, RL = REPO / "configs/sft_arith_tiny.yaml", REPO / "configs/math_tiny_rl.yaml"
+
+
+def script():
+    spec = importlib.util.spec_from_file_location("validate_math", REPO / "scripts/validate_math.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory) -> dict:
+    """The recipe's data (fewer train problems) and its start checkpoint, as the script makes them."""
+    vm, tmp = script(), tmp_path_factory.mktemp("recipe")
+    assert generate(["--out", str(tmp / "data"), "--train", "400", "--test", "50", *vm.GENERATE]) == 0
+    args = make_parser().parse_args([*vm.MODEL, "--out", str(tmp / "start"), "--corpus", str(tmp / "data" / "train.jsonl")])
+    make_tiny_hf(args.family, args.out, **{k: v for k, v in vars(args).items() if k not in ("family", "out")})
+    return {"data": tmp / "data", "start": tmp / "start", "module": vm}
+
+
+def test_the_scripts_flags_are_the_clis(recipe) -> None:
+    vm = recipe["module"]
+    generate_parser().parse_args(["--out", "x", *vm.GENERATE])
+    assert json.loads((recipe["start"] / "config.json").read_text())["model_type"] == "qwen3"
+
+
+def test_rl_shows_the_prompt_sft_taught_and_fits_the_longest_solution(recipe) -> None:
+    from transformers import AutoTokenizer
+
+    sft, rl = load_sft_config(SFT), load_config(RL)
+    assert rl.env.prompt == sft.prompt and rl.model.source == "hf" and rl.env.reward == "strict" and rl.env.format_reward == 0
+    assert rl.grpo.group_size == 8 and rl.rollout.temperature == 1.0 and rl.eval.episodes >= 500
+    tok = AutoTokenizer.from_pretrained(str(recipe["start"]))
+    rows = [json.loads(line) for split in ("train", "test") for line in (recipe["data"] / f"{split}.jsonl").read_text().splitlines()]
+    longest = max(len(tok.encode(r["answer"], add_special_tokens=False)) + 1 for r in rows)  # + eos
+    assert longest <= rl.rollout.max_tokens and longest <= sft.eval.max_new_tokens
+    prompt = max(len(tok.encode(sft.prompt.render(r["question"]), add_special_tokens=False)) for r in rows)
+    assert prompt + longest <= min(sft.max_len, rl.model.max_seq_len)
+
+
+def test_both_configs_dry_run_on_the_recipes_data_and_checkpoint(recipe, tmp_path, capsys) -> None:
+    data = recipe["data"]
+    common = [f"model.path={recipe['start']}"]
+    assert (
+        sft_main(["--config", str(SFT), "--dry-run", *common, f"data.train={data / 'train.jsonl'}", f"data.test={data / 'test.jsonl'}"])
+        == 0
+    )
+    assert "# data: 400 train, 50 test problems" in capsys.readouterr().out
+    rl = [*common, f"env.data.train={data / 'train.jsonl'}", f"env.data.test={data / 'test.jsonl'}", f"run.output_dir={tmp_path}"]
+    assert train_main(["--config", str(RL), "--dry-run", *rl]) == 0
+
+
+@pytest.mark.parametrize(
+    ("accuracies", "stopped"),
+    [([0.1, 0.3, 0.31], True), ([0.1, 0.3, 0.29], True), ([0.1, 0.2, 0.3], False), ([0.3], False)],
+)
+def test_plateau_rule(accuracies, stopped) -> None:
+    curve = [{"accuracy": a, "stderr": 0.02} for a in accuracies]
+    assert script().plateaued(curve) is stopped
