@@ -98,12 +98,17 @@ class SavedPolicy:
 
         budget = int(max_tokens or self.meta.get("max_tokens") or 1)
         allowed = self.meta.get("allowed_token_ids")
-        out = []
+        answers = []
         for prompt in prompts:
-            ids, new = self.encode(prompt), list[int]()
+            new: list[int] = []
+            step, past = torch.tensor([self.encode(prompt)], device=self.device), None
             with torch.no_grad():
-                for _ in range(budget):  # one prompt at a time keeps positions exact (no padding)
-                    logits = self.model(input_ids=torch.tensor([ids + new], device=self.device)).logits[0, -1]
+                # One prompt at a time keeps positions exact (no padding); the model's KV cache
+                # feeds each step only the newest token (a full forward per token took most of a
+                # 500-problem evaluation of the tiny reasoning model).
+                for _ in range(budget):
+                    out = self.model(input_ids=step, past_key_values=past, use_cache=True)
+                    past, logits = out.past_key_values, out.logits[0, -1]
                     if allowed:
                         mask = torch.full_like(logits, float("-inf"))
                         mask[allowed] = 0.0
@@ -112,5 +117,6 @@ class SavedPolicy:
                     if token == self.tokenizer.eos_token_id:
                         break
                     new.append(token)
-            out.append(self.tokenizer.decode(new, skip_special_tokens=True))
-        return out
+                    step = torch.tensor([[token]], device=self.device)
+            answers.append(self.tokenizer.decode(new, skip_special_tokens=True))
+        return answers
