@@ -66,6 +66,14 @@ SUITE = [
         600,
     ),
     Bench(
+        "rollout_reasoning",
+        "Rollout throughput on the reasoning recipe's generation lengths: tiny Qwen3, GSM8K-format problems, a GRPO step's groups",
+        "rollout_reasoning",
+        ["--pairs", "5"],
+        "--pairs 1 --warmup 0 --problems 100 --groups 2 --group-size 2 --max-tokens 16".split(),
+        420,
+    ),
+    Bench(
         "weight_sync",
         "Weight sync per transport vs memcpy",
         "weight_sync",
@@ -141,6 +149,7 @@ SUITE = [
 RESULT_FILES = {
     "rollout_throughput": "rollout_throughput.json",
     "rollout_representative": "rollout_representative.json",
+    "rollout_reasoning": "rollout_reasoning.json",
     "weight_sync": "weight_sync.json",
     "step_anatomy": "step_anatomy.json",
     "step_speedup": "step_speedup.json",
@@ -161,6 +170,16 @@ def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
             "rollout useful tokens/s >= 3x HF generate (representative: 28M parameters, GRPO groups, varied lengths)",
             f"{rep['ratio']['median']:.2f}x ({rep['ratio']['min']:.2f}-{rep['ratio']['max']:.2f})" if rep else "not measured",
             rep["ratio"]["median"] >= 3 if rep else None,
+        )
+    )
+    reasoning = results.get("rollout_reasoning", {}).get("data")
+    out.append(
+        (
+            "rollout useful tokens/s >= 3x HF generate (reasoning recipe: tiny Qwen3, generated problems' prompts, worked-solution lengths, a GRPO step's groups)",
+            f"{reasoning['ratio']['median']:.2f}x ({reasoning['ratio']['min']:.2f}-{reasoning['ratio']['max']:.2f})"
+            if reasoning
+            else "not measured",
+            reasoning["ratio"]["median"] >= 3 if reasoning else None,
         )
     )
     trl = results.get("trl", {}).get("data")

@@ -39,7 +39,9 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from benchmarks import RESULTS_DIR
 from benchmarks.pairs import alternate, spread
@@ -67,7 +69,10 @@ def hf_generate(model, prompts: list[list[int]], lengths: list[int], pad_id: int
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 
-    width = len(prompts[0])  # every prompt has --prompt-tokens tokens: no padding
+    # left-padded to the longest prompt (here every prompt has --prompt-tokens tokens; the
+    # reasoning benchmark's real prompts differ), so row i's tokens all start at `width`
+    width = max(map(len, prompts))
+    pads = [width - len(p) for p in prompts]
 
     class RowLengths(StoppingCriteria):
         """Row i is done after lengths[i] tokens; HF pads it from then on until all rows are."""
@@ -80,8 +85,8 @@ def hf_generate(model, prompts: list[list[int]], lengths: list[int], pad_id: int
 
     with torch.inference_mode():
         out = model.generate(
-            input_ids=torch.tensor(prompts),
-            attention_mask=torch.ones(len(prompts), width, dtype=torch.long),
+            input_ids=torch.tensor([[pad_id] * n + p for n, p in zip(pads, prompts, strict=True)]),
+            attention_mask=torch.tensor([[0] * n + [1] * (width - n) for n in pads]),
             do_sample=True,
             temperature=1.0,
             top_k=0,
@@ -149,59 +154,60 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main() -> None:
-    args = parser().parse_args()
-    if not 1 <= args.min_len <= args.max_len:
-        raise SystemExit(f"--min-len {args.min_len} / --max-len {args.max_len}: need 1 <= min <= max")
-
+def race(
+    folder: Path,
+    calls: dict[int, tuple[list[list[int]], list[int]]],
+    pairs: int,
+    warmup: int,
+    max_len: int,
+    extra: Callable[[Any], Any] | None = None,
+) -> dict:
+    """A rollout worker (vLLM) on the Hugging Face folder `folder` against HF `generate` of the
+    same folder in this process, alternating (`pairs.alternate`) over `calls` (call k: its prompts'
+    token ids and each completion's length, at most `max_len`; keys -warmup..pairs-1). Returns
+    each pair's seconds and useful tokens/s, their spreads, the CPU each side's idle process used
+    while the other ran, and `extra(worker)`'s result (measured after the pairs) under "extra"."""
     import psutil
     import ray
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from rlsvc.cluster.actors import RolloutWorker
     from rlsvc.malloc import keep_freed_memory
-    from rlsvc.models.make_tiny_hf import make_tiny_hf
     from rlsvc.rollout.spec import EngineSpec
 
     torch.set_num_threads(THREADS)
     keep_freed_memory()  # the allocator setting the rollout worker applies (EngineSpec.keep_freed_memory)
-    seq_len = args.prompt_tokens + args.max_len
-    with tempfile.TemporaryDirectory(prefix="rlsvc-rollout-rep-") as tmp:
-        folder = make_tiny_hf("qwen3", Path(tmp) / "policy", **{**MODEL, "layers": args.layers}, max_position=seq_len)
-        hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-        config = json.loads((folder / "config.json").read_text())
-        # prompts of ordinary tokens only (the tokenizer's special tokens come after them)
-        vocab = min(AutoTokenizer.from_pretrained(folder).all_special_ids)
-        env = worker_env()  # OpenMP's own wait policy, as on the HF side
-        ray.init(num_cpus=THREADS + 1, include_dashboard=False, runtime_env=env)
-        try:
-            engine = EngineSpec(
-                max_model_len=seq_len,
-                kv_cache_gb=2,
-                max_num_seqs=args.groups * args.group_size,
-                seed=0,
-                temperature=1.0,
-                max_tokens=args.max_len,
-                min_tokens=args.max_len,  # capped per prompt at its length: exactly that many
-            )
-            worker = ray.remote(RolloutWorker).options(num_cpus=THREADS, runtime_env=env).remote({"path": str(folder)}, engine)
-            calls = {k: workload(args, vocab, k) for k in range(-args.warmup, args.pairs)}
-            # CPU the idle side used while the other ran (threads spinning would slow the other
-            # down): reported, to show that each side had the machine to itself
-            idle_actor = IdleCpu(psutil.Process(ray.get(worker.__ray_call__.remote(lambda _: os.getpid()))))
-            idle_driver = IdleCpu(psutil.Process())
-            pairs = alternate(
-                lambda k: idle_driver.during(vllm_generate, worker, *calls[k]),
-                lambda k: idle_actor.during(hf_generate, hf, *calls[k], config["pad_token_id"]),
-                args.pairs,
-                args.warmup,
-            )
-            prompts = prompt_phase(worker, args, vocab, args.pairs)
-            ray.get(worker.close.remote())
-        finally:
-            ray.shutdown()
-    useful = [sum(calls[k][1]) for k in range(args.pairs)]
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    config = json.loads((folder / "config.json").read_text())
+    env = worker_env()  # OpenMP's own wait policy, as on the HF side
+    ray.init(num_cpus=THREADS + 1, include_dashboard=False, runtime_env=env)
+    try:
+        engine = EngineSpec(
+            max_model_len=max(len(p) for prompts, _ in calls.values() for p in prompts) + max_len,
+            kv_cache_gb=2,
+            max_num_seqs=max(len(prompts) for prompts, _ in calls.values()),
+            seed=0,
+            temperature=1.0,
+            max_tokens=max_len,
+            min_tokens=max_len,  # capped per prompt at its length: exactly that many
+        )
+        worker = ray.remote(RolloutWorker).options(num_cpus=THREADS, runtime_env=env).remote({"path": str(folder)}, engine)
+        # CPU the idle side used while the other ran (threads spinning would slow the other
+        # down): reported, to show that each side had the machine to itself
+        idle_actor = IdleCpu(psutil.Process(ray.get(worker.__ray_call__.remote(lambda _: os.getpid()))))
+        idle_driver = IdleCpu(psutil.Process())
+        timed = alternate(
+            lambda k: idle_driver.during(vllm_generate, worker, *calls[k]),
+            lambda k: idle_actor.during(hf_generate, hf, *calls[k], config["pad_token_id"]),
+            pairs,
+            warmup,
+        )
+        measured = extra(worker) if extra else None
+        ray.get(worker.close.remote())
+    finally:
+        ray.shutdown()
+    useful = [sum(calls[k][1]) for k in range(pairs)]
     rows = [
         {
             "useful_tokens": n,
@@ -211,24 +217,43 @@ def main() -> None:
             "hf_tokens_per_s": n / p["b_s"],
             "ratio": p["ratio"],
         }
-        for n, p in zip(useful, pairs, strict=True)
+        for n, p in zip(useful, timed, strict=True)
     ]
-    data = {
-        "args": vars(args),
+    return {
         "threads": THREADS,
         "model_params": sum(p.numel() for p in hf.parameters()),
         "vocab_size": config["vocab_size"],
         "pairs": rows,
-        "lengths": [calls[k][1] for k in range(args.pairs)],
+        "lengths": [calls[k][1] for k in range(pairs)],
         "ratio": spread([r["ratio"] for r in rows]),
         "vllm_tokens_per_s": spread([r["vllm_tokens_per_s"] for r in rows]),
         "hf_tokens_per_s": spread([r["hf_tokens_per_s"] for r in rows]),
         "idle_actor_cpu_share_during_hf": idle_actor.cpu_s / idle_actor.wall_s,
         "driver_cpu_share_during_vllm": idle_driver.cpu_s / idle_driver.wall_s,
         # how much of HF's decoding was padding: the batch runs to its longest row
-        "prompt_phase": prompts,
         "hf_padding": spread([1 - n / (len(calls[k][1]) * max(calls[k][1])) for k, n in enumerate(useful)]),
+        "extra": measured,
     }
+
+
+def main() -> None:
+    args = parser().parse_args()
+    if not 1 <= args.min_len <= args.max_len:
+        raise SystemExit(f"--min-len {args.min_len} / --max-len {args.max_len}: need 1 <= min <= max")
+
+    from transformers import AutoTokenizer
+
+    from rlsvc.models.make_tiny_hf import make_tiny_hf
+
+    seq_len = args.prompt_tokens + args.max_len
+    with tempfile.TemporaryDirectory(prefix="rlsvc-rollout-rep-") as tmp:
+        folder = make_tiny_hf("qwen3", Path(tmp) / "policy", **{**MODEL, "layers": args.layers}, max_position=seq_len)
+        # prompts of ordinary tokens only (the tokenizer's special tokens come after them)
+        vocab = min(AutoTokenizer.from_pretrained(folder).all_special_ids)
+        calls = {k: workload(args, vocab, k) for k in range(-args.warmup, args.pairs)}
+        measured = race(folder, calls, args.pairs, args.warmup, args.max_len, extra=lambda w: prompt_phase(w, args, vocab, args.pairs))
+    prompts = measured.pop("extra")
+    data = {"args": vars(args), **measured, "prompt_phase": prompts}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(data, indent=2))
     RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table

@@ -60,6 +60,15 @@ def test_rollout_representative_quick_compares_equal_work(tmp_path: Path):
     assert prompts["groups_s"]["median"] > 0 and prompts["distinct_s"]["median"] > 0
 
 
+def test_rollout_reasoning_quick_compares_equal_work_on_generated_problems(tmp_path: Path):
+    data = run_bench("rollout_reasoning", quick_args("rollout_reasoning"), tmp_path)
+    (pair,) = data["pairs"]
+    (lengths,) = data["lengths"]
+    assert pair["useful_tokens"] == sum(lengths) and len(lengths) == 4  # 2 problems x 2 samples, both sides
+    assert all(1 <= n <= 16 for n in lengths) and 0 < data["prompt_tokens"]["min"] <= data["prompt_tokens"]["max"]
+    assert pair["vllm_s"] > 0 and pair["hf_s"] > 0 and math.isclose(pair["ratio"], pair["hf_s"] / pair["vllm_s"])
+
+
 def quick_args(module: str) -> list[str]:
     from benchmarks.__main__ import SUITE
 
