@@ -554,10 +554,10 @@ class EvalConfig(Strict):
     keep_best: bool = True
     """Save the weights with the best validation return as the final checkpoint (else the last)."""
     test_every_steps: int = Field(0, ge=0)
-    """Every this many steps (and after the last step), the current policy answers the task's
-    test problems through the rollout engines, once the step's weights are in them: greedy
-    accuracy (strict and lenient), mean@k and pass@k (`eval.test_samples`), each with its
-    standard error, logged as eval/test/... (rlsvc/evaluation/test_split.py). 0: never. Needs a
+    """Before the first step, every this many steps and after the last step, the current policy
+    answers the task's test problems through the rollout engines, once the step's weights are in
+    them: greedy accuracy (strict and lenient), mean@k and pass@k (`eval.test_samples`), each
+    with its standard error, logged as eval/test/... (rlsvc/evaluation/test_split.py). 0: never. Needs a
     task with the `test_split` hook (`env.type=reasoning`)."""
     test_problems: int = Field(0, ge=0)
     """Test problems per evaluation during training: 0, the whole test split; else a fixed

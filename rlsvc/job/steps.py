@@ -211,6 +211,8 @@ def run_steps(live: Live) -> Trained:
         steps = Steps(live, bar)
         if live.at.start_step == 0:
             steps.checkpoint()  # a policy actor lost before the first periodic checkpoint restarts from here
+            if steps.test_eval is not None:  # the start point of the test-split curves
+                steps.evaluate_test()
         else:
             steps.ledger(rewind_to=live.at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone
         while loop.version < cfg.run.steps and not steps.should_stop():

@@ -1,6 +1,6 @@
 """The job's side of the test-split evaluation during training (`eval.test_every_steps`;
 rlsvc/evaluation/test_split.py does the asking and the scoring): the task's test problems,
-encoded once at start-up; after a due step, a wait until every rollout engine holds that step's
+encoded once at start-up; before the first step (the curves' start point) and after a due step, a wait until every rollout engine holds that step's
 weights, then the evaluation on the rollout workers, greedy and at the training temperature.
 Its metrics go to MLflow at the step and to the `rlsvc_test_accuracy` gauge, its answers to
 `test_eval.jsonl` in the run folder (one line per problem and evaluation).

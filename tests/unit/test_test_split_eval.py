@@ -166,3 +166,20 @@ def test_the_grafana_panel_charts_the_gauge_the_job_sets():
     exprs = [t["expr"] for p in panels for t in p["targets"]]
     source = (REPO / "rlsvc/cluster/test_eval_metrics.py").read_text()
     assert 'ray_rlsvc_test_accuracy{run=~"$run"}' in exprs and 'Gauge("rlsvc_test_accuracy"' in source
+
+
+def test_the_evaluation_waits_until_the_asynchronous_producer_has_loaded_the_step():
+    import threading
+    from types import SimpleNamespace
+
+    from rlsvc.job.test_eval import engines_hold
+
+    engines_hold(SimpleNamespace(), 3)  # the synchronous loop: its step pushed the weights
+    producer = SimpleNamespace(engine_version=2, stopped=False)
+    loaded = threading.Timer(0.2, lambda: setattr(producer, "engine_version", 3))
+    loaded.start()
+    engines_hold(SimpleNamespace(producer=producer), 3)
+    assert producer.engine_version == 3  # returned only once version 3 was in the engines
+    producer.stopped = True
+    with pytest.raises(RuntimeError, match="did not load policy version 4"):
+        engines_hold(SimpleNamespace(producer=producer), 4)
