@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -165,7 +166,7 @@ def test_the_grafana_panel_charts_the_gauge_the_job_sets():
     panels = json.loads((REPO / "monitoring/grafana/rlsvc.json").read_text())["panels"]
     exprs = [t["expr"] for p in panels for t in p["targets"]]
     source = (REPO / "rlsvc/cluster/test_eval_metrics.py").read_text()
-    assert 'ray_rlsvc_test_accuracy{run=~"$run"}' in exprs and 'Gauge("rlsvc_test_accuracy"' in source
+    assert 'ray_rlsvc_test_accuracy{run=~"$run"}' in exprs and re.search(r'Gauge\(\s*"rlsvc_test_accuracy"', source)
 
 
 def test_the_evaluation_waits_until_the_asynchronous_producer_has_loaded_the_step():
