@@ -1,9 +1,12 @@
 """`python -m rlsvc.compare --experiment NAME`: the runs of an MLflow experiment side by side.
 
 Prints a table (run, status, the config values that differ between the runs, final train return,
-final evaluation, wall time) and writes a PNG of return against step and against wall time:
-the greedy validation return, the training return smoothed and raw, and the task's reference
-policies (BlackJack: optimal, stick-at-17, always-stand) on the same validation deals.
+final evaluation, the last test-split greedy accuracy, wall time) and writes a PNG of return
+against step and against wall time: the greedy validation return, the training return smoothed
+and raw, and the task's reference policies (BlackJack: optimal, stick-at-17, always-stand) on the
+same validation deals. Runs with test-split evaluations during training (`eval.test_every_steps`)
+get a second PNG beside it (`<out>-test.png`): greedy and lenient accuracy, mean@k and pass@k
+against step, each point with its standard error.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from rlsvc.evaluation.test_split import CURVES, PREFIX
 from rlsvc.task import Task, TaskError
 
 
@@ -37,9 +41,48 @@ def load_runs(client: Any, experiment_id: str, max_runs: int) -> list[dict]:
                 "wall_s": [wall.get(m.step, float("nan")) for m in history],
                 "val_steps": [m.step for m in val],
                 "val_returns": [m.value for m in val],
+                "test": held_out_history(client, run.info.run_id),
             }
         )
     return runs
+
+
+def held_out_history(client: Any, run_id: str) -> dict[str, dict[int, float]]:
+    """The run's test-split curves (`eval/test/<curve>` and its `_stderr`): name -> {step: value}."""
+    names = [f"{c}{s}" for c in CURVES for s in ("", "_stderr")]
+    history = {name: {m.step: m.value for m in client.get_metric_history(run_id, PREFIX + name)} for name in names}
+    return {name: points for name, points in history.items() if points}
+
+
+def held_out_plot(runs: list[dict], path: Path, title: str) -> Path | None:
+    """One panel per test-split curve, a line per run with its standard errors as error bars;
+    None (no file) when no run has any."""
+    drawn = [c for c in CURVES if any(c in r["test"] for r in runs)]
+    if not drawn:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(drawn), figsize=(4.5 * len(drawn), 4.2), dpi=100, squeeze=False)
+    for ax, curve in zip(axes[0], drawn):
+        for run in runs:
+            points, errors = run["test"].get(curve, {}), run["test"].get(f"{curve}_stderr", {})
+            steps = sorted(points)
+            if steps:
+                ys, es = [points[s] for s in steps], [errors.get(s, 0.0) for s in steps]
+                ax.errorbar(steps, ys, yerr=es, marker="o", markersize=3, capsize=2, label=run["label"])
+        ax.set_title(curve.replace("_at_k", "@k"))
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def reference_lines(runs: list[dict]) -> dict[str, float]:
@@ -132,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     diffs = differing_params(runs)
     table = Table(title=f"{args.experiment}: {len(runs)} runs ({uri})")
-    for col in ("run", "id", "status", *diffs, "steps", "final return", "eval return", "wall s"):
+    for col in ("run", "id", "status", *diffs, "steps", "final return", "eval return", "test greedy", "wall s"):
         table.add_column(col)
     for r in runs:
         m = r["metrics"]
@@ -146,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
             str(len(r["steps"])),
             final,
             ev,
+            last_test(r),
             f"{m['total_s']:.0f}" if "total_s" in m else "-",
         )
     Console(width=200).print(table)
@@ -159,7 +203,20 @@ def main(argv: list[str] | None = None) -> int:
     references = reference_lines(runs)
     compare_curves([{**r, "label": label(r)} for r in runs if r["steps"]], out, f"{args.experiment}: mean return", references)
     print(f"plot: {out}")
+    labelled = [{**r, "label": label(r)} for r in runs]
+    test_png = held_out_plot(labelled, out.with_name(f"{out.stem}-test.png"), f"{args.experiment}: test split during training")
+    if test_png is not None:
+        print(f"plot: {test_png}")
     return 0
+
+
+def last_test(run: dict) -> str:
+    """The last test-split greedy accuracy with its standard error, or '-'."""
+    points, errors = run["test"].get("greedy_accuracy"), run["test"].get("greedy_accuracy_stderr", {})
+    if not points:
+        return "-"
+    step = max(points)
+    return f"{points[step]:.3f} ± {errors.get(step, 0.0):.3f}"
 
 
 if __name__ == "__main__":

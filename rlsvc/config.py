@@ -553,6 +553,22 @@ class EvalConfig(Strict):
     """Seed of the validation episodes."""
     keep_best: bool = True
     """Save the weights with the best validation return as the final checkpoint (else the last)."""
+    test_every_steps: int = Field(0, ge=0)
+    """Before the first step, every this many steps and after the last step, the current policy
+    answers the task's test problems through the rollout engines, once the step's weights are in
+    them: greedy accuracy (strict and lenient), mean@k and pass@k (`eval.test_samples`), each
+    with its standard error, logged as eval/test/... (rlsvc/evaluation/test_split.py). 0: never. Needs a
+    task with the `test_split` hook (`env.type=reasoning`)."""
+    test_problems: int = Field(0, ge=0)
+    """Test problems per evaluation during training: 0, the whole test split; else a fixed
+    sample of this many, drawn once with `eval.seed` (the same problems every evaluation)."""
+    test_samples: int = Field(4, ge=0)
+    """k: completions a test problem gets at `rollout.temperature` for mean@k and pass@k (the
+    unbiased estimator with n = k); 0: greedy answers only. Needs a temperature above 0."""
+    select_on_test: bool = False
+    """With `keep_best`, for a task without a `validate` hook: keep the weights with the best
+    greedy test accuracy (`eval.test_every_steps`) as the final checkpoint. This selects on the
+    test split, so the final evaluation of that checkpoint on the same split is optimistic."""
 
 
 class TrackingConfig(Strict):

@@ -73,10 +73,25 @@ class EnvSpec:
     stepped concurrently, as OpenEnv's server steps them."""
 
 
+@dataclass(frozen=True)
+class TestSplit:
+    """What `EvaluationHooks.test_split` returns: held-out prompts the current policy answers
+    through the rollout engines during training, and how an answer scores."""
+
+    __test__ = False  # not a pytest test class
+
+    prompts: Sequence[Prompt]
+    """The problems' prompts, in a fixed order (the same every evaluation)."""
+    score: Callable[[int, str], tuple[bool, bool]]
+    """(problem index into `prompts`, completion text) -> (strictly right, right under the
+    lenient reading). Must not raise: an answer it cannot read is wrong."""
+
+
 class EvaluationHooks:
     """A task's optional evaluation hooks, grouped: an exact greedy evaluator during training
-    (`validate`, with its policy-free preparation `prepare_validation`), an evaluation of the saved
-    policy (`evaluate`, also what `rlsvc eval` runs), and reference policies' returns for plots
+    (`validate`, with its policy-free preparation `prepare_validation`), a generative evaluation
+    on held-out problems during training (`test_split`), an evaluation of the saved policy
+    (`evaluate`, also what `rlsvc eval` runs), and reference policies' returns for plots
     (`reference_returns`). `Task` inherits them; a task overrides the ones it has."""
 
     def validate(self, choose: GreedyChooser, episodes: int, seed: int) -> float | None:
@@ -89,6 +104,14 @@ class EvaluationHooks:
         """Work `validate` needs that does not depend on the policy (e.g. the validation deals),
         done once in the job's start-up, in a background thread, so the first validation does
         not stall training. Default: nothing."""
+        return None
+
+    def test_split(self, problems: int, seed: int) -> TestSplit | None:
+        """Held-out problems that the current policy answers through the rollout engines every
+        `eval.test_every_steps` (rlsvc/evaluation/test_split.py: greedy accuracy, mean@k and
+        pass@k): all of them when `problems` is 0, else a fixed sample of `problems` drawn with
+        `seed`. Called once, in the driver. None: the task has none (then
+        `eval.test_every_steps` must be 0)."""
         return None
 
     def evaluate(self, checkpoint: Path, episodes: int, seed: int) -> dict[str, float] | None:

@@ -110,6 +110,7 @@ def task_for(cfg, check_remote: bool = True):
     setting that uses a hook the task lacks is an error when given explicitly, and is switched
     off (0) when it is only the default; an unset `run.name` becomes the task's; a remote
     environment's server must answer (unless not `check_remote`). Raises TaskError."""
+    from rlsvc.evaluation.test_split import check_settings as check_test_eval
     from rlsvc.task import TaskError
     from rlsvc.tasks.registry import load_task
 
@@ -122,6 +123,7 @@ def task_for(cfg, check_remote: bool = True):
             if field in part.model_fields_set:
                 raise TaskError(f"config error: {section}.{field}: task {task.name} has no {hook} hook; set it to 0")
             setattr(part, field, 0)
+    check_test_eval(cfg, task)
     if task.remote_url and not cfg.env.remote.url:
         cfg.env.remote.url = task.remote_url
     if cfg.env.remote.url and check_remote:

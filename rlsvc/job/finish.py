@@ -15,6 +15,7 @@ from rich.table import Table
 
 from rlsvc.cluster.ray_setup import Connection
 from rlsvc.cluster.services import Services
+from rlsvc.evaluation.test_split import CURVES, PREFIX
 from rlsvc.job.model import save_final
 from rlsvc.job.state import JobRun, Live, Trained
 from rlsvc.job.steps import validate
@@ -32,7 +33,8 @@ def final_weights(live: Live, best: Best | None) -> tuple[dict, int]:
         val = validate(cfg, loop)
         if val > best.val_return:
             best = Best(val, loop.version, loop.svc.trainer_group.hf_state_dict())
-    live.console.print(f"keeping policy version {best.version} (validation return {best.val_return:+.4f})")
+    chosen_by = "test greedy accuracy" if cfg.eval.select_on_test else "validation return"
+    live.console.print(f"keeping policy version {best.version} ({chosen_by} {best.val_return:+.4f})")
     return best.state, best.version
 
 
@@ -57,6 +59,19 @@ def evaluate(live: Live, checkpoint: Path) -> dict[str, float]:
     return result
 
 
+def held_out_curves(live: Live) -> dict[str, Any] | None:
+    """The test-split evaluations during training (`eval.test_every_steps`) from the MLflow run
+    (a resumed job's earlier ones included): the steps, each metric's values at them, and the
+    last evaluation's metrics. None when there were none."""
+    if not live.cfg.eval.test_every_steps:
+        return None
+    names = [f"{c}{s}" for c in CURVES for s in ("", "_stderr")] + ["seconds", "problems", "samples", "tokens"]
+    histories = {name: live.tracker.history(PREFIX + name) for name in names}
+    steps = histories["greedy_accuracy"][0]
+    curves = {name: values for name, (_, values) in histories.items() if values}
+    return {"steps": steps, **curves, "last": {name: values[-1] for name, values in curves.items()}}
+
+
 def log_artifacts(live: Live, trained: Trained, checkpoint: Path) -> str | None:
     """The checkpoint, transcripts and reward curve as artifacts, and the same policy as an MLflow
     model (`tracking.log_model`): its input example is what the policy read last step, decoded
@@ -68,7 +83,7 @@ def log_artifacts(live: Live, trained: Trained, checkpoint: Path) -> str | None:
         f"{live.cfg.run.name}: mean return per step",
         *tracker.history("eval/val_return"),
     )
-    for path in (checkpoint, run_dir / "transcripts.jsonl", curve):
+    for path in (checkpoint, run_dir / "transcripts.jsonl", curve, run_dir / "test_eval.jsonl"):
         if path.exists():
             tracker.log_artifact(path, path.name if path.is_dir() else None)
     if not live.cfg.tracking.log_model:
@@ -115,6 +130,7 @@ def finish(live: Live, trained: Trained) -> None:
         "episodes_per_s": episodes_per_s,
         "eval": result,
         "faults": faults,
+        "test_eval": held_out_curves(live),
         "last_step": trained.last,
     }
     (folder.local / "result.json").write_text(json.dumps(record, indent=2))

@@ -1,5 +1,6 @@
 """A job's steps: GRPO steps from where it starts until `run.steps`, the time budget, or SIGTERM
-(checked between steps); a validation every `eval.every_steps`, a checkpoint every
+(checked between steps); a validation every `eval.every_steps`, a test-split evaluation through
+the rollout engines every `eval.test_every_steps` (rlsvc/job/test_eval.py), a checkpoint every
 `run.checkpoint_every` and after the last step, and recovery from a dead policy actor (restart
 from the newest checkpoint, counted by the fault budgets of rlsvc/job/faults.py).
 
@@ -21,6 +22,7 @@ from rlsvc.interfaces import ActorDied
 from rlsvc.job.model import policy_files, setup_trainers
 from rlsvc.job.recovery import recover_with_retries
 from rlsvc.job.state import Live, Trained
+from rlsvc.job.test_eval import JobTestEval
 from rlsvc.job.training_checkpoint import Best
 from rlsvc.job.training_checkpoint import save as save_checkpoint
 from rlsvc.loop import GRPOLoop
@@ -68,6 +70,7 @@ class Steps:
             "train", total=self.cfg.run.steps, completed=self.loop.version, ret=float("nan"), val=float("nan")
         )
         self.loop.on_rollout_lost = self.rollout_lost
+        self.test_eval = JobTestEval(live) if self.cfg.eval.test_every_steps else None
 
     def checkpoint(self) -> None:
         live, done, t0 = self.live, self.loop.version, time.perf_counter()
@@ -119,6 +122,8 @@ class Steps:
         self.trained.last, self.trained.episodes = last, episodes
         if cfg.eval.every_steps and loop.version % cfg.eval.every_steps == 0:
             self.validate()
+        if self.test_eval is not None and self.test_eval.due(loop.version):
+            self.evaluate_test()
         if cfg.run.checkpoint_every and loop.version % cfg.run.checkpoint_every == 0:
             self.checkpoint()
 
@@ -129,6 +134,14 @@ class Steps:
         if trained.best is None or val > trained.best.val_return:
             trained.best = Best(val, loop.version, loop.svc.trainer_group.hf_state_dict())
         self.live.tracker.log_metrics({"eval/val_return": val, "time/validate_s": time.perf_counter() - t_val}, step=loop.version)
+
+    def evaluate_test(self) -> None:
+        """The test-split evaluation; with `eval.select_on_test`, its greedy accuracy picks the kept weights."""
+        assert self.test_eval is not None
+        accuracy = self.test_eval().metrics["eval/test/greedy_accuracy"]
+        trained, loop = self.trained, self.loop
+        if self.cfg.eval.select_on_test and (trained.best is None or accuracy > trained.best.val_return):
+            trained.best = Best(accuracy, loop.version, loop.svc.trainer_group.hf_state_dict())
 
     def recover(self, err: BaseException) -> None:
         """A trainer rank, the reference or a rollout worker died (env, reward and buffer actors
@@ -198,6 +211,8 @@ def run_steps(live: Live) -> Trained:
         steps = Steps(live, bar)
         if live.at.start_step == 0:
             steps.checkpoint()  # a policy actor lost before the first periodic checkpoint restarts from here
+            if steps.test_eval is not None:  # the start point of the test-split curves
+                steps.evaluate_test()
         else:
             steps.ledger(rewind_to=live.at.start_step)  # resumed: what the interrupted job did after its checkpoint is undone
         while loop.version < cfg.run.steps and not steps.should_stop():

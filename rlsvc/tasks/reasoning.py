@@ -26,7 +26,7 @@ from rlsvc.reasoning.answers import AnswerFormat
 from rlsvc.reasoning.data import Problem, load_splits
 from rlsvc.reasoning.rewards import ReasoningReward, Score
 from rlsvc.single_turn import SingleTurnTask
-from rlsvc.task import Prompt, outcome_rates
+from rlsvc.task import Prompt, TestSplit, outcome_rates
 
 STRICT = ("correct",)
 """Outcomes that are strictly correct (the required format, an equivalent answer)."""
@@ -102,6 +102,20 @@ class ReasoningTask(SingleTurnTask):
         if episodes >= len(self.test):
             return self.test
         return random.Random(seed).sample(self.test, episodes)
+
+    def test_split(self, problems: int, seed: int) -> TestSplit:
+        """The test split (`held_out`: all of it when `problems` is 0 or covers it, else a sample
+        of `problems` drawn with `seed`) for the evaluation during training, scored by the strict
+        and lenient rules of the reward (its own instance: the training reward's counts stay
+        the training's)."""
+        chosen = list(self.held_out(problems or len(self.test), seed))
+        rule = ReasoningReward(answer_format=self.answer_format)
+
+        def score(index: int, completion: str) -> tuple[bool, bool]:
+            verdict = rule(completion, chosen[index].final)
+            return verdict.strict, verdict.lenient
+
+        return TestSplit([self.prompt(p) for p in chosen], score)
 
     def metrics(self, episodes: list[Episode]) -> dict[str, float]:
         rates = outcome_rates(episodes, self.outcomes)
