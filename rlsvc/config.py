@@ -467,7 +467,17 @@ class TrainerConfig(Strict):
     num_ranks: int = Field(1, ge=1)
     """Trainer ranks (FSDP2 data parallel, gloo on CPU, NCCL on GPU)."""
     lr: float = Field(1e-3, gt=0)
-    """AdamW learning rate."""
+    """AdamW learning rate (the peak, where a schedule moves it)."""
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """The learning rate over optimiser steps after the warm-up: `constant`, or a `linear` or
+    `cosine` decay from `lr` to `lr * min_lr_ratio` at `decay_steps` (rlsvc/trainer/lr_schedule.py)."""
+    warmup_steps: int = Field(0, ge=0)
+    """Optimiser steps of linear warm-up from `lr / warmup_steps` to `lr` (any schedule)."""
+    decay_steps: int | None = Field(None, ge=1)
+    """Optimiser steps from the first to the end of the decay, warm-up included. None: the whole
+    job (RL: `model.warm_start_steps` + `run.steps` x `minibatches`; `rlsvc sft`: its steps)."""
+    min_lr_ratio: float = Field(0.0, ge=0, le=1)
+    """The decayed learning rate's floor, as a share of `lr`."""
     weight_decay: float = Field(0.0, ge=0)
     """AdamW weight decay."""
     max_grad_norm: float = Field(1.0, gt=0)

@@ -59,6 +59,10 @@ class SFTCore:
         for rows in group_by_length([len(e) for e in examples], self.tokens_per_batch, self.seed + epoch, self.min_rows):
             yield collate([examples[i] for i in rows], pad)
 
+    def steps_per_epoch(self, examples: Sequence[Example]) -> int:
+        """Batches in an epoch (the first epoch's order; others group the same rows alike)."""
+        return len(list(group_by_length([len(e) for e in examples], self.tokens_per_batch, self.seed, self.min_rows)))
+
     def padded_share(self, examples: Sequence[Example]) -> float:
         lengths = [len(e) for e in examples]
         return padded_share(lengths, group_by_length(lengths, self.tokens_per_batch, self.seed, self.min_rows))

@@ -85,7 +85,7 @@ def prepare(cfg: SFTConfig) -> Prepared:
     return Prepared(splits["train"], splits["test"], spec, core, examples)
 
 
-def start_trainers(cfg: SFTConfig, spec: Any) -> tuple[Any, Any]:
+def start_trainers(cfg: SFTConfig, spec: Any, steps: int) -> tuple[Any, Any]:
     """(Ray connection, TrainerGroup): the RL job's trainer ranks, placed as its trainer role is
     (the GPU group's label, `trainer.num_cpus`/`num_gpus` each), built from the checkpoint."""
     from rlsvc.cluster.actors import TrainerWorker
@@ -93,9 +93,9 @@ def start_trainers(cfg: SFTConfig, spec: Any) -> tuple[Any, Any]:
     from rlsvc.cluster.placement import SPIN_ROLES, Placement
     from rlsvc.cluster.ray_setup import connect
     from rlsvc.cluster.services import _actor
-    from rlsvc.trainer.titan_trainer import TrainerSpec
+    from rlsvc.trainer.titan_trainer import TrainerSpec, whole_job_decay
 
-    t = cfg.trainer
+    t = whole_job_decay(cfg.trainer, steps)  # a decay over the job's `steps` unless set
     place = Placement("trainer", "gpu", t.num_cpus, t.num_gpus, cfg.cluster.gpu_node_resource, t.num_ranks, spin="trainer" in SPIN_ROLES)
     conn = connect(cfg.cluster)
     try:
@@ -180,6 +180,12 @@ def train(cfg: SFTConfig, prep: Prepared, group: Any, tracker: Any, outcome: Out
             break
 
 
+def total_steps(cfg: SFTConfig, prep: Prepared) -> int:
+    """The job's optimiser steps: every epoch's batches, up to `sft.max_steps`."""
+    steps = cfg.sft.epochs * prep.core.steps_per_epoch(prep.examples)
+    return min(steps, cfg.sft.max_steps or steps)
+
+
 def log_epoch(tracker: Any, r: EpochResult) -> None:
     metrics = {"sft/epoch_loss": r.loss, "sft/epoch_s": r.train_s}
     if r.accuracy is not None:
@@ -197,7 +203,7 @@ def run(cfg: SFTConfig) -> Outcome:
     outcome.mlflow_run_id = tracker.run_id
     status = "FAILED"
     try:
-        conn, group = start_trainers(cfg, prep.spec)
+        conn, group = start_trainers(cfg, prep.spec, total_steps(cfg, prep))
         try:
             train(cfg, prep, group, tracker, outcome)
         finally:

@@ -34,6 +34,7 @@ from rlsvc.config import Config, TrainerConfig
 from rlsvc.models.spec import ModelSpec, as_spec
 from rlsvc.models.titan import ModelConfig, autocast, compute_dtype, forward, pick_device
 from rlsvc.trainer.batch import TrainBatch
+from rlsvc.trainer.lr_schedule import LRSchedule
 
 METRIC_KEYS = ("loss", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "mismatch_sum", "tokens")
 
@@ -185,8 +186,10 @@ class TitanTrainer(_PolicyBase):
         micro_batch_tokens: int = MICRO_BATCH_TOKENS,
         share_prefixes: bool = True,
         loss: LossSettings | None = None,
+        lr_schedule: LRSchedule | None = None,
     ) -> None:
         self.spec = as_spec(model)
+        self.lr, self.lr_schedule = lr, lr_schedule or LRSchedule()
         self.micro_batch_tokens, self.share_prefixes = micro_batch_tokens, share_prefixes
         self.loss = loss if loss is not None else LossSettings()
         """The policy loss's settings, for every step (`TrainerSpec.loss`)."""
@@ -245,6 +248,11 @@ class TitanTrainer(_PolicyBase):
         # A batch with no response tokens anywhere gives a zero loss, not a division by zero.
         return max(float(total.item()), 1.0)
 
+    def optimizer_steps(self) -> int:
+        """Optimiser steps applied so far: AdamW's own count, which a training checkpoint restores."""
+        state = next(iter(self.optimizer.state.values()), None)
+        return int(state["step"]) if state else 0
+
     def _step_optimizer(self) -> tuple[float, bool]:
         """Clip and apply the gradients; (grad norm, applied). A NaN or infinite norm (from a
         non-finite loss or gradient) is not applied: it would poison every weight and the
@@ -252,6 +260,9 @@ class TitanTrainer(_PolicyBase):
         grad_norm = float(_to_full(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)).item())
         applied = math.isfinite(grad_norm)
         if applied:
+            if self.lr_schedule.moves:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.lr * self.lr_schedule.factor(self.optimizer_steps())
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm, applied
@@ -450,7 +461,8 @@ class TrainerSpec:
     def from_config(cls, model: ModelSpec, cfg: Config, allowed_token_ids: Sequence[int] | None) -> TrainerSpec:
         """A job's spec: its `trainer` section, seed and `grpo` loss settings; `allowed_token_ids`:
         the tokens vLLM samples from under `rollout.constrained_actions` (None: all)."""
-        return cls(model, cfg.trainer, cfg.run.seed, LossSettings.from_config(cfg.grpo, allowed_token_ids))
+        steps = cfg.model.warm_start_steps + cfg.run.steps * cfg.trainer.minibatches
+        return cls(model, whole_job_decay(cfg.trainer, steps), cfg.run.seed, LossSettings.from_config(cfg.grpo, allowed_token_ids))
 
     def build(
         self,
@@ -475,6 +487,7 @@ class TrainerSpec:
             micro_batch_tokens=t.micro_batch_tokens,
             share_prefixes=t.share_prefixes,
             loss=self.loss,
+            lr_schedule=LRSchedule(t.lr_schedule, t.warmup_steps, t.decay_steps, t.min_lr_ratio),
         )
 
     def build_reference(self, hf_state_dict: dict[str, torch.Tensor] | None = None) -> TitanReference:
@@ -489,3 +502,11 @@ class TrainerSpec:
             micro_batch_tokens=t.micro_batch_tokens,
             share_prefixes=t.share_prefixes,
         )
+
+
+def whole_job_decay(trainer: TrainerConfig, steps: int) -> TrainerConfig:
+    """`trainer` with `decay_steps` set to the job's optimiser steps where the config leaves it to
+    the job (None) and a schedule decays."""
+    if trainer.decay_steps is not None or trainer.lr_schedule == "constant":
+        return trainer
+    return trainer.model_copy(update={"decay_steps": max(steps, 1)})
