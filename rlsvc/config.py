@@ -494,7 +494,8 @@ class GRPOConfig(Strict):
         its paper's clip range (the resolved config shows the values used)."""
         if not isinstance(data, dict):
             return data
-        loss, implied = data.get("loss", "grpo"), {}
+        loss = data.get("loss", "grpo")
+        implied: dict[str, Any] = {}
         if loss == "dr_grpo":
             implied = {"normalize_std": False}
         if loss == "gspo" and "clip_eps" not in data and "clip_eps_high" not in data:
