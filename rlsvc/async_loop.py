@@ -8,6 +8,18 @@ trainer is at version b; its episodes may start once the engines hold version >=
 the trainer publishes after learning from batch b - 1: no deadlock); k = 1 overlaps playing batch
 b + 1 with learning from batch b.
 
+Dynamic sampling (`grpo.dynamic_sampling`) filters at the consumer: the scorer thread scores
+every batch as before, and the trainer's step drops the groups whose rewards are all equal and
+takes the next played batch as a refill until it has `groups_per_step` kept groups or
+`max_sampling_rounds` batches; the producer never stops to wait for the filter. A step then
+consumes several batches, so batch indices run ahead of versions by the refills taken
+(`GRPOLoop.sampling_offset`), and the gate reads: batch b may start once the engines hold
+version >= b - offset - k. The offset only grows and every step takes at least one batch, so
+batch b is learnt from at version <= b - offset(when it started): staleness stays <= k, refills
+included. With k >= 1 a refill is a batch the producer already plays ahead (at most k versions
+old, like any batch); with k = 0 the offset moves on when the step asks for a refill, and the
+refill is played then, with the current weights (the synchronous loop's schedule).
+
 Batches are not played in waves: a slot whose episode ends takes the next episode, of the next
 batch once the current one has none left to start (and the gate above lets it), so a batch's
 longest hands no longer hold up the start of the next one (PipelineRL's in-flight updates).
@@ -34,6 +46,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rlsvc.algo.sampling import signal_groups
 from rlsvc.episode import Episode
 from rlsvc.interfaces import ActorDied
 from rlsvc.loop import GRPOLoop, ScoredBatch
@@ -65,6 +78,8 @@ class RolloutProducer:
         self.loop = loop
         self.k = loop.cfg.buffer.max_staleness
         self.engine_version = engine_version
+        self.offset = first_batch - engine_version
+        """How far batch indices run ahead of versions: the refills taken (`GRPOLoop.sampling_offset`)."""
         self.batches: queue.Queue[PlayedBatch | BaseException] = queue.Queue()  # scored, for the trainer
         self.played: queue.Queue[PlayedBatch | None] = queue.Queue()  # for the scorer; None: stop
         # held while weights are applied; the trainer stages under it, so a transport's staged
@@ -109,7 +124,16 @@ class RolloutProducer:
         return self._stop
 
     def may_start(self, b: int) -> bool:
-        return self.engine_version >= b - self.k
+        """The staleness gate (module docstring): the offset is the refills the trainer took."""
+        return self.engine_version >= b - self.offset - self.k
+
+    def next_refill(self) -> PlayedBatch:
+        """Dynamic sampling's next round: count it (the gate lets the producer start one batch
+        further), then wait for the next played batch."""
+        with self._cv:
+            self.offset += 1
+            self._cv.notify_all()
+        return self.next_batch()
 
     def newer_staged(self) -> Staged | None:
         staged = self._staged
@@ -237,6 +261,22 @@ class BatchStream:
                 self._applied[k] = self._applied.get(k, 0.0) + v
 
 
+def played_together(batches: list[PlayedBatch]) -> PlayedBatch:
+    """The batches one step took (dynamic sampling's refills) as one, for the step's metrics:
+    times added up, the first batch's index and version."""
+    if len(batches) == 1:
+        return batches[0]
+    first = batches[0]
+    apply: dict[str, float] = {}
+    timing: dict[str, float] = {}
+    for b in batches:
+        for mine, theirs in ((apply, b.apply), (timing, b.timing)):
+            for k, v in theirs.items():
+                mine[k] = mine.get(k, 0.0) + v
+    episodes = [ep for b in batches for ep in b.episodes]
+    return PlayedBatch(first.index, first.version, episodes, sum(b.rollout_s for b in batches), apply, timing, first.scored)
+
+
 class AsyncGRPOLoop(GRPOLoop):
     """`step(i)` learns from batch i as soon as the producer has played it."""
 
@@ -251,16 +291,19 @@ class AsyncGRPOLoop(GRPOLoop):
         change the answer)."""
         scored = super().score_batch(played)
         reference = self.svc.reference_model
-        if reference is not None and scored.episodes:
+        grpo = self.cfg.grpo
+        # with dynamic sampling the groups the step will drop need no reference logprobs
+        wanted = [ep for g in signal_groups(scored.episodes, grpo.group_size) for ep in g] if grpo.dynamic_sampling else scored.episodes
+        if reference is not None and wanted:
             t0 = time.perf_counter()
-            rows = build_batch(scored.episodes, PAD_ID, self.cfg.grpo.normalization)
+            rows = build_batch(wanted, PAD_ID, grpo.normalization)
             self.reference_cache.logprobs(reference.logprobs, rows.input_ids, self.allowed, rows.lengths)
             scored.score_s += time.perf_counter() - t0
         return scored
 
     def start(self) -> None:
         """Begin producing; call after the first weights are live in the engines."""
-        self.producer = RolloutProducer(self, first_batch=self.version, engine_version=self.version)
+        self.producer = RolloutProducer(self, first_batch=self.batch_index, engine_version=self.version)
         self._last_step_end = time.perf_counter()
 
     def step(self, step: int | None = None) -> tuple[dict[str, float], list[Episode]]:
@@ -270,12 +313,14 @@ class AsyncGRPOLoop(GRPOLoop):
         producer = self.producer
         assert producer is not None  # started just above
         t0 = time.perf_counter()
-        batch = producer.next_batch()
-        if batch.index != step:
-            raise RuntimeError(f"trainer step {step} got batch {batch.index}")
+        batches = [self._take(producer.next_batch)]
+        assert batches[0].scored is not None  # (`_take` checks every batch)
+        scored = batches[0].scored
+        if self.cfg.grpo.dynamic_sampling:
+            scored = self.gather_kept(scored, lambda: self._refill(producer, batches))
+        batch = played_together(batches)
         t_got = time.perf_counter()
-        assert batch.scored is not None
-        metrics = self.learn_scored(batch.scored)
+        metrics = self.learn_scored(scored)
         t_learn = time.perf_counter()
         with producer.apply_lock:
             staged = self.sync.stage(self.version)
@@ -301,6 +346,21 @@ class AsyncGRPOLoop(GRPOLoop):
             }
         )
         return metrics, batch.episodes
+
+    def _take(self, next_batch: Callable[[], PlayedBatch]) -> PlayedBatch:
+        """The producer's next batch, which must be the one at `batch_index` (scored)."""
+        batch = next_batch()
+        if batch.index != self.batch_index or batch.scored is None:
+            raise RuntimeError(f"trainer step {self.version} got batch {batch.index}, expected {self.batch_index}")
+        return batch
+
+    def _refill(self, producer: RolloutProducer, taken: list[PlayedBatch]) -> ScoredBatch:
+        """Dynamic sampling's next round: the next played batch, counted in `sampling_offset`
+        (the loop's, which checkpoints save, and the producer's gate alike)."""
+        self.sampling_offset += 1
+        taken.append(batch := self._take(producer.next_refill))
+        assert batch.scored is not None  # `_take` checked it
+        return batch.scored
 
     def close(self) -> None:
         if self.producer is not None:

@@ -461,6 +461,69 @@ class GRPOConfig(Strict):
     """Truncated importance sampling for off-policy batches: clip the ratio against the trainer's
     own logprobs before the step (one extra forward pass) and weight each token by
     min(pi_trainer / pi_vLLM, tis_cap). None: the clipped ratio is taken against vLLM's logprobs."""
+    loss: Literal["grpo", "dr_grpo", "gspo"] = "grpo"
+    """The policy loss (rlsvc/algo/variants.py has each paper's definition). `grpo`: the clipped
+    token ratio, token sums divided by the response tokens. `dr_grpo` (Dr. GRPO): no std division
+    of advantages (`normalize_std` becomes false) and token sums divided by a constant, sequences x
+    `rollout.max_tokens`, not by the tokens sampled. `gspo` (GSPO): one importance ratio per
+    response (the geometric mean of its token ratios), clipped per response; with neither
+    `clip_eps` nor `clip_eps_high` set, they become the paper's 3e-4 and 4e-4."""
+    overlong_buffer: int | None = Field(None, ge=0)
+    """DAPO's soft overlong punishment: over the last this many tokens of `rollout.max_tokens` the
+    reward loses up to `overlong_penalty`, linearly, and a response cut at the budget loses all of
+    it; applied to the rewards before advantages (an episode's longest response counts). None or
+    0: off."""
+    overlong_penalty: float = Field(1.0, gt=0)
+    """The most the overlong punishment takes off a reward (with `overlong_buffer`)."""
+    mask_truncated: bool = False
+    """DAPO's overlong filtering: no loss on an episode with a response cut at `rollout.max_tokens`
+    (its reward says nothing of its reasoning); it still counts in the group's advantages."""
+    dynamic_sampling: bool = False
+    """DAPO's dynamic sampling: groups whose rewards are all equal (no gradient) are dropped and
+    fresh groups played until the step has `groups_per_step` kept groups, or
+    `max_sampling_rounds` rounds were played (then it trains on what was kept). In the
+    asynchronous loop the refills are the batches the producer already streams ahead."""
+    max_sampling_rounds: int = Field(3, ge=1)
+    """With `dynamic_sampling`: most batches of `groups_per_step` groups played for one step, the
+    first included."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _implied_by_loss(cls, data: Any) -> Any:
+        """What a loss implies, where the config leaves it unset: Dr. GRPO no std division, GSPO
+        its paper's clip range (the resolved config shows the values used)."""
+        if not isinstance(data, dict):
+            return data
+        loss = data.get("loss", "grpo")
+        implied: dict[str, Any] = {}
+        if loss == "dr_grpo":
+            implied = {"normalize_std": False}
+        if loss == "gspo" and "clip_eps" not in data and "clip_eps_high" not in data:
+            implied = {"clip_eps": GSPO_CLIP_EPS, "clip_eps_high": GSPO_CLIP_EPS_HIGH}
+        return {**implied, **data}
+
+    @model_validator(mode="after")
+    def _check_combinations(self) -> GRPOConfig:
+        default = {name: f.default for name, f in type(self).model_fields.items()}  # (a resolved config sets every field)
+        if self.loss == "dr_grpo" and self.normalize_std:
+            raise ValueError("normalize_std=true contradicts loss=dr_grpo (Dr. GRPO does not divide advantages by the group's std)")
+        if self.loss == "dr_grpo" and self.normalization == "sequence":
+            raise ValueError("normalization=sequence contradicts loss=dr_grpo (Dr. GRPO divides by sequences x rollout.max_tokens)")
+        if self.loss == "gspo" and self.normalization == "sequence":
+            raise ValueError("normalization=sequence contradicts loss=gspo (GSPO weighs every response the same)")
+        if self.loss == "gspo" and self.tis_cap is not None:
+            raise ValueError("tis_cap is not available with loss=gspo (its ratio is per response, not per token)")
+        if self.overlong_penalty != default["overlong_penalty"] and not self.overlong_buffer:
+            raise ValueError("overlong_penalty has no effect without overlong_buffer (tokens > 0)")
+        if self.max_sampling_rounds != default["max_sampling_rounds"] and not self.dynamic_sampling:
+            raise ValueError("max_sampling_rounds has no effect without dynamic_sampling=true")
+        return self
+
+
+GSPO_CLIP_EPS = 3e-4
+"""GSPO's clip range (Zheng et al. 2025, section 5.1): its ratio is a geometric mean over the
+response's tokens, so it stays far closer to 1 than a token ratio."""
+GSPO_CLIP_EPS_HIGH = 4e-4
 
 
 class TrainerConfig(Strict):
@@ -706,6 +769,10 @@ class Config(Strict):
             raise ValueError("env.chat=true needs a chat model (model.source=hf); the built-in tokenizers have no chat template")
         if isinstance(self.env, ReasoningEnvConfig):
             _check_reasoning(self.env, self.model)
+        if self.grpo.overlong_buffer and self.grpo.overlong_buffer > self.rollout.max_tokens:
+            raise ValueError(
+                f"grpo.overlong_buffer ({self.grpo.overlong_buffer}) must be at most rollout.max_tokens ({self.rollout.max_tokens})"
+            )
         if self.rollout.max_tokens >= self.model.seq_len:
             raise ValueError(f"rollout.max_tokens ({self.rollout.max_tokens}) must be below the model's max_seq_len ({self.model.seq_len})")
         return self

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlsvc.algo.grpo import group_advantages
+from rlsvc.algo.sampling import complete_groups, is_truncated, shape_overlong, signal_metrics, truncated_rows
+from rlsvc.algo.variants import DynamicBatch, mask_truncated
 from rlsvc.config import Config
 from rlsvc.episode import Episode
 from rlsvc.models.tokenizer import PAD_ID
@@ -62,9 +64,9 @@ def episode_metrics(episodes: list[Episode], codec: TaskCodec, max_tokens: int |
 
 def response_metrics(episodes: list[Episode], max_tokens: int | None) -> dict[str, float]:
     """Sampled tokens per episode (mean, max), and the rate of episodes with an answer cut at
-    `max_tokens` (`rollout.max_tokens`: an answer of exactly that length counts as cut)."""
+    `max_tokens` (`is_truncated`)."""
     lengths = [sum(len(r) for r in ep.responses) for ep in episodes]
-    cut = sum(any(max_tokens is not None and len(r) >= max_tokens for r in ep.responses) for ep in episodes)
+    cut = sum(is_truncated(ep, max_tokens) for ep in episodes)
     return {
         "response_len_mean": sum(lengths) / max(len(lengths), 1),
         "response_len_max": float(max(lengths, default=0)),
@@ -176,6 +178,27 @@ class ScoredBatch:
     """The scored ones of complete groups, with advantages: what goes to the buffer."""
     faults: dict[str, float]
     score_s: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Step metrics found on the way (reward shaping's, dynamic sampling's)."""
+
+
+def merge_rounds(rounds: list[ScoredBatch], kept: DynamicBatch[list[Episode]]) -> ScoredBatch:
+    """Dynamic sampling's rounds as one batch: every episode played, the kept groups' episodes,
+    the counters added up (the env actors' session counters are running totals: the last round's)."""
+    faults: dict[str, float] = {}
+    for r in rounds:
+        for k, v in r.faults.items():
+            faults[k] = v if k.startswith("env/") else faults.get(k, 0.0) + v
+    played = [ep for r in rounds for ep in r.played]
+    metrics = {k: sum(r.metrics.get(k, 0.0) * len(r.played) for r in rounds) / max(len(played), 1) for k in rounds[0].metrics}
+    metrics |= {
+        "dynamic/filtered_rate": kept.filtered_rate,
+        "dynamic/rounds": float(kept.rounds),
+        "dynamic/kept_groups": float(len(kept.batch())),
+        "dynamic/short": float(kept.short),
+    }
+    episodes = [ep for g in kept.batch() for ep in g]
+    return ScoredBatch(played, episodes, faults, sum(r.score_s for r in rounds), metrics)
 
 
 @dataclass
@@ -197,6 +220,9 @@ class GRPOLoop:
     on_rollout_lost: Callable[[RolloutWorkerLost], None] | None = field(default=None, repr=False)
     """Called before dead rollout workers are replaced (the job's fault budget, which raises to
     stop the job); default: at most `faults.max_policy_restarts` replacements in all."""
+    sampling_offset: int = 0
+    """Batches played beyond one per step (dynamic sampling's refills): the next batch's index,
+    which decides its groups and seeds, is `version + sampling_offset` (`batch_index`)."""
 
     def __post_init__(self) -> None:
         self.runner = RolloutRunner(
@@ -242,11 +268,17 @@ class GRPOLoop:
         """What decides the loop's next step besides the actors' state: the policy version
         (every step's deals and sampling seeds follow from it) and the non-finite step count.
         Training checkpoints save it and a resumed job loads it (rlsvc/job/training_checkpoint.py)."""
-        return {"version": self.version, "nonfinite_skipped": self.nonfinite.skipped}
+        return {"version": self.version, "nonfinite_skipped": self.nonfinite.skipped, "sampling_offset": self.sampling_offset}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.version = int(state["version"])
         self.nonfinite.skipped = int(state["nonfinite_skipped"])
+        self.sampling_offset = int(state.get("sampling_offset", 0))  # a checkpoint written before dynamic sampling has none
+
+    @property
+    def batch_index(self) -> int:
+        """The next batch to play: the version, plus the refills played so far (`sampling_offset`)."""
+        return self.version + self.sampling_offset
 
     def close(self) -> None:
         """Stop background work (the asynchronous loop's producer); the sync loop has none."""
@@ -262,17 +294,18 @@ class GRPOLoop:
     def sample_seed(self, step: int) -> int:
         return self.cfg.run.seed * 7919 + step
 
-    def collect(self, step: int, version: int) -> list[Episode]:
-        """docs/design.md, steps 1-2: B groups of G episodes played to the end with the engines' policy."""
-        return self.runner.collect(self.groups(step), self.cfg.grpo.group_size, version, sample_seed=self.sample_seed(step))
+    def collect(self, batch: int, version: int) -> list[Episode]:
+        """docs/design.md, steps 1-2: B groups of G episodes played to the end with the engines'
+        policy; `batch` (`batch_index`) decides the groups and seeds."""
+        return self.runner.collect(self.groups(batch), self.cfg.grpo.group_size, version, sample_seed=self.sample_seed(batch))
 
-    def collect_replacing(self, step: int) -> list[Episode]:
+    def collect_replacing(self, batch: int) -> list[Episode]:
         """`collect`, surviving rollout workers that die on the way: each dead one is started
         again and loaded with the current weights, and the batch is played again from its start
         (same deals, same sampling seeds); the partly played episodes are dropped, never trained on."""
         while True:
             try:
-                return self.collect(step, self.version)
+                return self.collect(batch, self.version)
             except RolloutWorkerLost as lost:
                 if self.on_rollout_lost is not None:
                     self.on_rollout_lost(lost)  # the job's fault budget: raises to stop, waits its backoff
@@ -294,9 +327,14 @@ class GRPOLoop:
         is the policy version (one source of truth: a given `step` must equal it)."""
         step = self.check_step(step)
         t0 = time.perf_counter()
-        episodes = self.collect_replacing(step)
-        t_rollout = time.perf_counter()
-        metrics = self.learn(episodes)
+        episodes = self.collect_replacing(self.batch_index)
+        rollout_s = time.perf_counter() - t0
+        scored = self.score_batch(episodes)
+        if self.cfg.grpo.dynamic_sampling:
+            scored, more_rollout_s = self.refill_sync(scored)
+            rollout_s += more_rollout_s
+            episodes = scored.played
+        metrics = self.learn_scored(scored)
         t_learn = time.perf_counter()
         sync = self.sync_weights()
         t_end = time.perf_counter()
@@ -304,14 +342,43 @@ class GRPOLoop:
         metrics.update(
             {
                 **sync,
-                "time/rollout_s": t_rollout - t0,
+                "time/rollout_s": rollout_s,
                 **{f"time/{k}": v for k, v in self.runner.last_timing.items()},  # generate_s, env_s: parts of rollout_s
                 "time/sync_s": t_end - t_learn,
                 "time/step_s": t_end - t0,
-                "tokens_per_s": tokens / max(t_rollout - t0, 1e-9),
+                "tokens_per_s": tokens / max(rollout_s, 1e-9),
             }
         )
         return metrics, episodes
+
+    def gather_kept(self, first: ScoredBatch, next_round: Callable[[], ScoredBatch]) -> ScoredBatch:
+        """DAPO's dynamic sampling (`grpo.dynamic_sampling`): keep the groups whose rewards are not
+        all equal, and take rounds from `next_round` (which counts them in `sampling_offset`)
+        until `groups_per_step` are kept or `max_sampling_rounds` were played; the excess of the
+        last round is dropped, a short batch trains as it is (`dynamic/short`)."""
+        grpo = self.cfg.grpo
+        kept: DynamicBatch[list[Episode]] = DynamicBatch(want=grpo.groups_per_step, max_rounds=grpo.max_sampling_rounds)
+        rounds = [first]
+        kept.add(*complete_groups(first.episodes, grpo.group_size))
+        while not kept.done:
+            rounds.append(next_round())
+            kept.add(*complete_groups(rounds[-1].episodes, grpo.group_size))
+        return merge_rounds(rounds, kept)
+
+    def refill_sync(self, first: ScoredBatch) -> tuple[ScoredBatch, float]:
+        """`gather_kept` with fresh batches played now, with the current weights; (the batch,
+        seconds spent playing the refills)."""
+        played_s = 0.0
+
+        def next_round() -> ScoredBatch:
+            nonlocal played_s
+            self.sampling_offset += 1
+            t0 = time.perf_counter()
+            episodes = self.collect_replacing(self.batch_index)
+            played_s += time.perf_counter() - t0
+            return self.score_batch(episodes)
+
+        return self.gather_kept(first, next_round), played_s
 
     def check_step(self, step: int | None) -> int:
         """The step to run: the policy version (steps completed). A caller's own count must agree."""
@@ -341,19 +408,24 @@ class GRPOLoop:
             # the env actors' sessions, cumulative: a remote server that went away shows here
             **{f"env/{k}": float(v) for k, v in getattr(svc.fleet, "session_stats", dict)().items() if k != "open_sessions"},
         }
-        assign_advantages(episodes, self.cfg.grpo.group_size, self.cfg.grpo.normalize_std)
-        return ScoredBatch(played, episodes, faults, time.perf_counter() - t0)
+        grpo, metrics = self.cfg.grpo, {}
+        if grpo.overlong_buffer:  # DAPO's length shaping: onto the rewards, before the advantages
+            penalty = shape_overlong(episodes, self.cfg.rollout.max_tokens, grpo.overlong_buffer, grpo.overlong_penalty)
+            metrics["overlong_penalty_mean"] = penalty
+        assign_advantages(episodes, grpo.group_size, grpo.normalize_std)
+        return ScoredBatch(played, episodes, faults, time.perf_counter() - t0, metrics)
 
     def learn_scored(self, scored: ScoredBatch) -> dict[str, float]:
         """docs/design.md, steps 5-6: through the buffer, the reference's logprobs, one optimiser
         step (self.version moves on by one)."""
         cfg, svc = self.cfg, self.svc
         B, G = cfg.grpo.groups_per_step, cfg.grpo.group_size
-        played, faults = scored.played, scored.faults
+        played, faults = scored.played, {**scored.faults, **scored.metrics}
         t0 = time.perf_counter()
         depth, batch_eps = svc.buffer_client.add_and_sample(scored.episodes, B * G)
         self.trained_groups = sorted({ep.group_id for ep in batch_eps})  # for the job's ledger (trained.jsonl)
         staleness = [self.version - ep.policy_version for ep in batch_eps]
+        faults |= signal_metrics(batch_eps, G, cfg.grpo.mask_truncated, cfg.rollout.max_tokens)
         t_reward = time.perf_counter()
         if not batch_eps:  # every group failed: nothing to learn from; the version still moves on
             self.version += 1
@@ -367,6 +439,8 @@ class GRPOLoop:
                 "time/buffer_s": t_reward - t0,
             }
         batch = build_batch(batch_eps, PAD_ID, cfg.grpo.normalization)
+        if cfg.grpo.mask_truncated:  # DAPO's overlong filtering: no loss on an episode cut at the budget
+            batch.loss_mask = mask_truncated(batch.loss_mask, truncated_rows(batch_eps, cfg.rollout.max_tokens))
 
         reference = svc.reference_model
         if reference is not None:  # frozen: a row seen before is looked up (trainer/reference_cache.py)

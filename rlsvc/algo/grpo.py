@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rlsvc.config import GRPOConfig
 
 Normalization = Literal["token", "sequence"]
+LossKind = Literal["grpo", "dr_grpo", "gspo"]
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,22 @@ class LossSettings:
     allowed_token_ids: tuple[int, ...] | None = None
     """The tokens vLLM was restricted to (`rollout.constrained_actions`): the trainer's logprobs
     are restricted alike; None: the whole vocabulary."""
+    kind: LossKind = "grpo"
+    """Which loss (`grpo.loss`): `policy_loss` as it is, Dr. GRPO's denominator, or GSPO's
+    sequence ratio (rlsvc/algo/variants.py `configured_loss`)."""
+    max_response_tokens: int | None = None
+    """Dr. GRPO's token budget (`rollout.max_tokens`): its loss divides by sequences x this."""
+
+    def __post_init__(self) -> None:
+        if self.kind == "dr_grpo" and not self.max_response_tokens:
+            raise ValueError("loss dr_grpo needs max_response_tokens (rollout.max_tokens)")
 
     @classmethod
-    def from_config(cls, grpo: GRPOConfig, allowed_token_ids: Sequence[int] | None) -> LossSettings:
+    def from_config(cls, grpo: GRPOConfig, allowed_token_ids: Sequence[int] | None, max_response_tokens: int | None = None) -> LossSettings:
+        """A job's settings; `max_response_tokens` (`rollout.max_tokens`) is kept for Dr. GRPO only."""
         allowed = tuple(allowed_token_ids) if allowed_token_ids is not None else None
-        return cls(grpo.clip_eps, grpo.clip_eps_high, grpo.kl_coef, grpo.tis_cap, "token", allowed)
+        budget = max_response_tokens if grpo.loss == "dr_grpo" else None
+        return cls(grpo.clip_eps, grpo.clip_eps_high, grpo.kl_coef, grpo.tis_cap, "token", allowed, grpo.loss, budget)
 
 
 def mask_logits(logits: torch.Tensor, allowed_token_ids: Sequence[int] | None) -> torch.Tensor:

@@ -12,6 +12,8 @@ divide by the global count, as `grpo.policy_loss` does.
 - DAPO: `overlong_penalty` (soft length penalty added to the reward), `mask_truncated` (overlong
   filtering), `group_filter` (dynamic sampling's filter of groups whose rewards are all equal) and
   `DynamicBatch` (groups gathered over rounds until the batch is full, with a cap).
+
+`configured_loss` is the one a trainer calls: the loss `LossSettings.kind` (`grpo.loss`) names.
 """
 
 from __future__ import annotations
@@ -123,6 +125,51 @@ def gspo_loss(
     stats["clip_frac"] = (((ratio - clipped).abs() > 1e-9).to(mask.dtype) * present).sum().detach() / den
     stats["ratio_mean"] = (ratio.detach() * present).sum() / den
     return per_seq.sum() / den, stats
+
+
+def configured_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    settings: LossSettings,
+    *,
+    denominator: float,
+    rows: float,
+    ref_logprobs: torch.Tensor | None = None,
+    behaviour_logprobs: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss `settings.kind` names. `denominator`: the global count `policy_loss` divides by
+    (response tokens); `rows`: the global count of rows (sequences), which Dr. GRPO's and GSPO's
+    losses divide by. `grpo` is `policy_loss` itself, untouched."""
+    if settings.kind == "gspo":
+        if settings.tis_cap is not None:
+            raise ValueError("tis_cap is not available with the gspo loss")
+        return gspo_loss(
+            logprobs,
+            old_logprobs,
+            advantages,
+            loss_mask,
+            clip_eps=settings.clip_eps,
+            clip_eps_high=settings.clip_eps_high,
+            kl_coef=settings.kl_coef,
+            ref_logprobs=ref_logprobs,
+            denominator=rows,
+        )
+    loss, stats = policy_loss(
+        logprobs,
+        old_logprobs,
+        advantages,
+        loss_mask,
+        settings,
+        ref_logprobs=ref_logprobs,
+        denominator=denominator,
+        behaviour_logprobs=behaviour_logprobs,
+    )
+    if settings.kind == "dr_grpo":  # the same token sum over Dr. GRPO's constant; the diagnostics stay per token
+        assert settings.max_response_tokens is not None  # LossSettings checks it
+        loss = loss * (denominator / dr_grpo_denominator(round(rows), settings.max_response_tokens))
+    return loss, stats
 
 
 def overlong_penalty(lengths: torch.Tensor, max_tokens: int, cache_tokens: int) -> torch.Tensor:

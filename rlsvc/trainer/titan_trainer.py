@@ -29,7 +29,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from rlsvc.algo.grpo import LossSettings, Normalization, k3_kl, masked_reduce, policy_loss, token_logprobs
+from rlsvc.algo.grpo import LossSettings, Normalization, k3_kl, masked_reduce, token_logprobs
+from rlsvc.algo.variants import configured_loss
 from rlsvc.config import Config, TrainerConfig
 from rlsvc.models.spec import ModelSpec, as_spec
 from rlsvc.models.titan import ModelConfig, autocast, compute_dtype, forward, pick_device
@@ -279,6 +280,8 @@ class TitanTrainer(_PolicyBase):
         t0 = time.perf_counter()
         normalization = self.loss.normalization
         denominator = self._global_denominator(batch.loss_mask.to(torch.float32).to(self.device), normalization)
+        # Dr. GRPO and GSPO divide by the global row count (one more all-reduce); grpo needs none
+        row_count = denominator if self.loss.kind == "grpo" else self._global_denominator(batch.loss_mask, "sequence")
         lengths = batch.lengths.cpu()
         batch = replace(batch, lengths=lengths)
         self.model.train()
@@ -287,7 +290,7 @@ class TitanTrainer(_PolicyBase):
             part = batch.rows(rows, w).to(self.device)
             if filler:  # keeps this rank's collectives in step with the others; adds nothing
                 part.loss_mask = torch.zeros_like(part.loss_mask)
-            local += self._accumulate(part, denominator)
+            local += self._accumulate(part, denominator, row_count)
         grad_norm, applied = self._step_optimizer()
 
         totals = dict(zip(METRIC_KEYS, self._all_sum(local).tolist(), strict=True))
@@ -298,9 +301,10 @@ class TitanTrainer(_PolicyBase):
         totals["time/train_compute_s"] = time.perf_counter() - t0
         return totals
 
-    def _accumulate(self, b: TrainBatch, denominator: float) -> torch.Tensor:
+    def _accumulate(self, b: TrainBatch, denominator: float, row_count: float) -> torch.Tensor:
         """Forward and backward of one micro-batch; gradients accumulate. Every sum is divided by
-        the GLOBAL denominator, so the micro-batches add up to the full batch's loss and metrics."""
+        the GLOBAL denominator (`row_count`: the global rows, for the losses that divide by them),
+        so the micro-batches add up to the full batch's loss and metrics."""
         settings = self.loss
         ids, mask = b.input_ids, b.loss_mask.to(torch.float32)
         old = _response_only(b.old_logprobs.to(torch.float32), mask)
@@ -312,8 +316,16 @@ class TitanTrainer(_PolicyBase):
         ref = _response_only(b.ref_logprobs.to(torch.float32), mask) if b.ref_logprobs is not None else None
         logprobs, entropy = token_logprobs(self._forward(ids, b.lengths), ids, settings.allowed_token_ids)
         logprobs = _response_only(logprobs, mask)
-        loss, stats = policy_loss(
-            logprobs, old, b.advantages, mask, settings, ref_logprobs=ref, denominator=denominator, behaviour_logprobs=behaviour
+        loss, stats = configured_loss(
+            logprobs,
+            old,
+            b.advantages,
+            mask,
+            settings,
+            denominator=denominator,
+            rows=row_count,
+            ref_logprobs=ref,
+            behaviour_logprobs=behaviour,
         )
         loss.backward()
         return self._local_metrics(loss, stats, logprobs, entropy, behaviour, ref, mask, settings.normalization, denominator)
@@ -462,7 +474,8 @@ class TrainerSpec:
         """A job's spec: its `trainer` section, seed and `grpo` loss settings; `allowed_token_ids`:
         the tokens vLLM samples from under `rollout.constrained_actions` (None: all)."""
         steps = cfg.model.warm_start_steps + cfg.run.steps * cfg.trainer.minibatches
-        return cls(model, whole_job_decay(cfg.trainer, steps), cfg.run.seed, LossSettings.from_config(cfg.grpo, allowed_token_ids))
+        loss = LossSettings.from_config(cfg.grpo, allowed_token_ids, cfg.rollout.max_tokens)
+        return cls(model, whole_job_decay(cfg.trainer, steps), cfg.run.seed, loss)
 
     def build(
         self,
