@@ -4,6 +4,8 @@ generation gives each prompt's own greedy answer, and answers are scored by the 
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -42,11 +44,17 @@ def test_batched_greedy_answers_equal_one_prompt_at_a_time(tmp_path):
 
 
 def test_evaluation_threads_are_set_inside_the_block_only():
-    from rlsvc.sft.job import torch_threads
-
-    before = torch.get_num_threads()
-    with torch_threads(1):
-        assert torch.get_num_threads() == 1
+    # In a fresh interpreter: torch's thread count is process state that other tests of a whole
+    # suite run (in-process actors, benchmarks) leave behind, and OpenMP's is per thread.
+    code = """
+import torch
+from rlsvc.sft.job import torch_threads
+before = torch.get_num_threads()
+with torch_threads(1):
+    assert torch.get_num_threads() == 1
+assert torch.get_num_threads() == before
+with torch_threads(None):
     assert torch.get_num_threads() == before
-    with torch_threads(None):
-        assert torch.get_num_threads() == before
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
