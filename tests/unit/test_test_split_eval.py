@@ -17,6 +17,7 @@ from rlsvc.evaluation.test_split import TestEval
 from rlsvc.task import TestSplit
 from rlsvc.tracking.mlflow_tracker import MlflowTracker
 from rlsvc.train import main
+from tests.unit.test_reasoning_task import TEST, TINY, TRAIN  # the same tiny GSM8K-schema splits
 
 REPO = Path(__file__).resolve().parents[2]
 FINALS = ["7", "3", "12"]
@@ -86,18 +87,6 @@ def test_greedy_only_without_samples_and_an_empty_split_refused():
         TestEval(toy_split(), lambda prompt: [0], samples=2, seed=0).run(Recorder({0: ["a"] * 3}))
     with pytest.raises(ValueError, match="no problems"):
         TestEval(TestSplit([], lambda i, t: (False, False)), lambda p: [0], samples=1, seed=0)
-
-
-TRAIN = [
-    {"question": "Tom has 3 apples and gets 4 more. How many apples does Tom have?", "answer": "3+4=<<3+4=7>>7\n#### 7"},
-    {"question": "Ann has 5 pens and gives 2 away. How many pens does Ann have?", "answer": "5-2=<<5-2=3>>3\n#### 3"},
-]
-TEST = [
-    {"question": "Sam has 2 boxes of 6 eggs. How many eggs?", "answer": "2*6=<<2*6=12>>12\n#### 12"},
-    {"question": "Mia has 9 cards and 1 more. How many cards?", "answer": "9+1=<<9+1=10>>10\n#### 10"},
-    {"question": "Leo has 8 coins and halves them. How many coins?", "answer": "8/2=<<8/2=4>>4\n#### 4"},
-]
-TINY = ["env.type=reasoning", "model.titan.tokenizer=chars", "model.titan.vocab_size=128", "model.titan.max_seq_len=512"]
 
 
 @pytest.fixture
