@@ -63,15 +63,46 @@ def _use_reserved_cores() -> None:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
 
 
+MODEL_FOLDER_PREFIX = "rlsvc-model-"
+
+
 def materialise(source: dict[str, Any], into: Path | None = None) -> str:
     """A model folder on this node: an existing path, or files shipped as bytes through Ray,
-    written into `into` (an empty folder; default: a new temporary one)."""
+    written into `into` (an empty folder; default: a new temporary one owned by this process)."""
     if "path" in source:
         return source["path"]
-    folder = into or Path(tempfile.mkdtemp(prefix="rlsvc-model-"))
+    folder = into or owned_temp_folder(MODEL_FOLDER_PREFIX)
     for name, data in source["files"].items():
         (folder / name).write_bytes(data)
     return str(folder)
+
+
+def owned_temp_folder(prefix: str, root: str | None = None) -> Path:
+    """A temporary folder named after this process's pid, removed when the process exits; and
+    the folders of earlier processes that died without exiting (an actor killed by Ray, chaos or
+    the OOM killer runs no exit handler) are removed first: each rollout worker's start would
+    otherwise leave a model's files in /tmp."""
+    import atexit
+    import shutil
+
+    base = Path(root or tempfile.gettempdir())
+    for stale in base.glob(f"{prefix}*-*"):
+        pid = stale.name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=base))
+    atexit.register(shutil.rmtree, folder, True)
+    return folder
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 class _WeightSyncEndpoint:
@@ -111,7 +142,9 @@ class RolloutWorker(_WeightSyncEndpoint):
 
         if spec.keep_freed_memory:
             keep_freed_memory()  # before the engine allocates: its weight repacks reuse freed pages
-        self.engine = VLLMEngine(materialise(source), **spec.engine_kwargs())
+        self.folder = materialise(source)
+        self.source_kind = set(source)
+        self.engine = VLLMEngine(self.folder, **spec.engine_kwargs())
         self.spec = spec
         freeze_startup_heap()  # vLLM's and torch's objects: not walked by every full GC pass
 
@@ -167,6 +200,10 @@ class RolloutWorker(_WeightSyncEndpoint):
     def close(self) -> None:
         self.ws_close()
         self.engine.close()
+        if "path" not in self.source_kind:  # a folder this worker wrote: its own to remove
+            import shutil
+
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class TrainerWorker(_WeightSyncEndpoint):
