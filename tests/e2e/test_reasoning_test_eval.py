@@ -1,7 +1,10 @@
-"""The test-split evaluation during training (`eval.test_every_steps`), end to end:
-configs/math_tiny.yaml on a GSM8K-schema file (tests/e2e/test_reasoning_training.py's data)
-trains 4 steps through `python -m rlsvc.train`, evaluating before the first step and every 2
-steps through the vLLM rollout workers, in the synchronous loop and in the asynchronous one. The
+"""The reasoning task end to end: a GSM8K-schema file (calculator annotations `<<...>>`, answers
+ending `#### N`; tests/e2e/gsm8k_rows.py) trains configs/math_tiny.yaml for 4 steps through
+`python -m rlsvc.train` (real Ray actors, vLLM, TorchTitan, math-verify rewards and MLflow), in
+the synchronous loop and in the asynchronous one. Each step logs the reasoning metrics (strict
+and lenient accuracy, format rate, malformed count) and the loop's (zero-variance group rate,
+response lengths). The test split is evaluated (`eval.test_every_steps`) before the first step
+and every 2 steps through the vLLM rollout workers. The
 eval/test metrics are in MLflow at steps 0, 2 and 4 and in result.json; the greedy accuracy
 logged is the one an independent strict rule gives the greedy answers the job wrote
 (test_eval.jsonl); for the weights saved it is the accuracy the final evaluation (`transformers`,
@@ -18,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_reasoning_training import gsm8k_rows
+from gsm8k_rows import gsm8k_rows
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -61,6 +64,7 @@ def test_the_test_split_is_evaluated_through_the_engines_during_training(tmp_pat
     }
     for name, points in history.items():
         assert sorted(points) == EVALUATED, (name, points)
+    check_step_metrics(client, result)
     assert set(history["problems"].values()) == {8.0} and set(history["samples"].values()) == {float(K)}
     for step in EVALUATED:
         assert 0.0 <= history["greedy_accuracy"][step] <= history["lenient_accuracy"][step] <= 1.0
@@ -84,3 +88,24 @@ def test_the_test_split_is_evaluated_through_the_engines_during_training(tmp_pat
     saved = max(EVALUATED, key=lambda s: (greedy[s], -s)) if asynchronous else STEPS
     assert result["saved_version"] == saved
     assert abs(result["eval"]["strict_accuracy"] - greedy[saved]) <= 0.02
+
+
+def check_step_metrics(client, result: dict) -> None:
+    """The task's and the loop's metrics, every step; the final evaluation's in result.json."""
+    run = client.get_run(result["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.params["env.type"] == "reasoning" and result["steps"] == STEPS
+    for name in (
+        "strict_accuracy",
+        "lenient_accuracy",
+        "format_rate",
+        "malformed_count",
+        "zero_variance_group_rate",
+        "response_len_mean",
+        "response_len_max",
+        "response_truncated_rate",
+    ):
+        assert len(client.get_metric_history(run.info.run_id, name)) == STEPS, name
+    metrics, final = run.data.metrics, result["eval"]
+    assert 0 < metrics["response_len_mean"] <= metrics["response_len_max"] <= 48  # rollout.max_tokens
+    assert final["episodes"] == 8 and 0.0 <= final["strict_accuracy"] <= final["lenient_accuracy"] <= 1.0
+    assert metrics["eval/strict_accuracy"] == final["strict_accuracy"]
