@@ -115,7 +115,7 @@ def test_default_job_learns_blackjack_under_chaos(tmp_path: Path):
         "rlsvc.train",
         f"run.output_dir={tmp_path / 'runs'}",
         f"tracking.tracking_uri={uri}",
-        "run.time_budget_minutes=4",
+        "run.time_budget_minutes=3.5",  # about 90 steps here with the kills; 50 undisturbed steps reach -0.100, 25 -0.189
         "eval.episodes=20000",
         f"cluster.metrics_export_port={port}",
         "run.checkpoint_every=5",
