@@ -113,7 +113,7 @@ def _adapter_hook(switch: _Switch, settings: LoraSettings) -> Any:
 
     scale, p = settings.scaling, settings.dropout
 
-    def hook(module: nn.Module, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
+    def hook(module: Any, args: tuple[torch.Tensor, ...], output: torch.Tensor) -> torch.Tensor:
         if not switch.enabled:
             return output
         x = F.dropout(args[0], p, module.training) if p > 0 else args[0]
@@ -188,7 +188,7 @@ def peft_config(settings: LoraSettings, base_model: str) -> dict[str, Any]:
 
     cfg = LoraConfig(
         r=settings.rank,
-        lora_alpha=settings.alpha,
+        lora_alpha=settings.alpha,  # type: ignore[arg-type]  # typed int; any number scales (alpha / r)
         lora_dropout=settings.dropout,
         target_modules=list(settings.targets),
         bias="none",
