@@ -176,3 +176,26 @@ def test_checkpoint_holds_adapters_and_optimiser_and_resumes_exactly(tmp_path):
     got = b.train_step(batch(seed=1))
     assert got["loss"] == expected["loss"] and got["grad_norm"] == expected["grad_norm"]
     assert b.parameter_checksum() == a.parameter_checksum()
+
+
+def test_engine_rank_is_the_smallest_vllm_takes_and_too_large_is_named():
+    from rlsvc.rollout.vllm_engine import vllm_lora_rank
+
+    assert [vllm_lora_rank(r) for r in (1, 2, 8, 9, 16, 300, 512)] == [1, 8, 8, 16, 16, 320, 512]
+    with pytest.raises(ValueError, match=r"model.lora.rank: 513 is above the largest rank vLLM serves \(512\)"):
+        vllm_lora_rank(513)
+
+
+def test_adapter_versions_keep_the_newest_window():
+    from rlsvc.rollout.vllm_engine import AdapterVersions
+
+    slots = AdapterVersions(keep=2)
+    assert slots.request(None) is None  # nothing loaded: the base
+    assert slots.add(0, "r0") == [] and slots.add(1, "r1") == []
+    assert slots.add(2, "r2") == [0]  # version 0 leaves; 1 may still finish its episodes
+    assert slots.request(None) == "r2" and slots.request(1) == "r1"
+    with pytest.raises(KeyError, match=r"adapter version 0 is not loaded \(loaded: \[1, 2\]\)"):
+        slots.request(0)
+    with pytest.raises(ValueError, match="adapter version 2 is not newer than the loaded 2"):
+        slots.add(2, "again")
+    assert slots.add(5, "r5") == [1] and sorted(slots.loaded) == [2, 5]
