@@ -130,6 +130,41 @@ class TitanModelConfig(Strict):
         return self
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The projections LoRA can adapt, by their Hugging Face (and PEFT) names; every supported family
+(the built-in Llama, Qwen3, Llama 3, Qwen2/2.5) has all seven in each decoder layer."""
+
+
+class LoraConfig(Strict):
+    """LoRA on the policy (docs/lora.md): the base weights frozen, low-rank adapters trained."""
+
+    enabled: bool = False
+    """Train LoRA adapters instead of the whole model."""
+    rank: int = Field(16, gt=0, le=512)
+    """The adapters' rank r (512: the largest rank vLLM serves)."""
+    alpha: float = Field(32.0, gt=0)
+    """The adapters' scale is alpha / rank (PEFT's `lora_alpha`)."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input while training (PEFT's `lora_dropout`); 0 keeps every step
+    deterministic, and a 2-rank step equal to the 1-rank step."""
+    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    """Projections that get adapters, by Hugging Face name (one of LORA_TARGETS)."""
+
+    @field_validator("target_modules")
+    @classmethod
+    def _check_targets(cls, v: list[str]) -> list[str]:
+        unknown = [t for t in v if t not in LORA_TARGETS]
+        if unknown:
+            raise ValueError(f"unknown module {unknown[0]!r}; the model's linear modules are {', '.join(LORA_TARGETS)}")
+        if not v:
+            raise ValueError(f"needs at least one of {', '.join(LORA_TARGETS)}")
+        return list(dict.fromkeys(v))
+
+    @property
+    def scaling(self) -> float:
+        return self.alpha / self.rank
+
+
 class ModelConfig(Strict):
     source: Literal["scratch", "hf"] = "scratch"
     """`scratch`: build `titan` with fresh weights and the built-in tokenizer; `hf`: load the
@@ -162,6 +197,8 @@ class ModelConfig(Strict):
     text, as pretraining would have taught; the answers stay random, so no strategy). On its own
     it did not make a tiny random model behind a chat prompt read the observation; weights of
     larger std did (`tiny_init_std`, docs/models.md)."""
+    lora: LoraConfig = LoraConfig()
+    """LoRA adapters instead of full fine-tuning (off by default; docs/lora.md)."""
 
     @model_validator(mode="after")
     def _check_source(self) -> ModelConfig:

@@ -192,6 +192,48 @@ def _rpc_fingerprint(worker: Any) -> str:
     return digest.hexdigest()
 
 
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"""The `max_lora_rank` values vLLM 0.32 accepts (vllm/config/lora.py)."""
+
+
+def vllm_lora_rank(rank: int) -> int:
+    """The smallest `max_lora_rank` vLLM accepts that holds adapters of `rank`."""
+    for r in VLLM_LORA_RANKS:
+        if r >= rank:
+            return r
+    raise ValueError(f"model.lora.rank: {rank} is above the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
+
+
+class AdapterVersions:
+    """The policy versions an engine holds as LoRA adapters: the newest `keep` (the run's
+    `buffer.max_staleness + 1`, so an episode finishes under the version it started with), each
+    with its vLLM `LoRARequest` (vLLM's id: version + 1, ids must be positive)."""
+
+    def __init__(self, keep: int) -> None:
+        if keep < 1:
+            raise ValueError(f"keep {keep}: at least one adapter version must stay loaded")
+        self.keep = keep
+        self.loaded: dict[int, Any] = {}  # version -> LoRARequest
+
+    def add(self, version: int, request: Any) -> list[int]:
+        """Hold `request` as `version`; returns the versions that fell out of the window."""
+        if self.loaded and version <= max(self.loaded):
+            raise ValueError(f"adapter version {version} is not newer than the loaded {max(self.loaded)}")
+        self.loaded[version] = request
+        old = sorted(self.loaded)[: -self.keep]
+        for v in old:
+            del self.loaded[v]
+        return old
+
+    def request(self, version: int | None) -> Any:
+        """The request to sample `version` (None: the newest; none loaded yet: None, the base)."""
+        if version is None:
+            return self.loaded[max(self.loaded)] if self.loaded else None
+        if version not in self.loaded:
+            raise KeyError(f"adapter version {version} is not loaded (loaded: {sorted(self.loaded)})")
+        return self.loaded[version]
+
+
 class VLLMEngine:
     """One in-process vLLM engine serving a policy checkpoint (HF format directory)."""
 
@@ -208,7 +250,11 @@ class VLLMEngine:
         dtype: str = "float32",
         max_num_seqs: int = 1024,
         tensor_parallel_size: int = 1,
+        lora_rank: int | None = None,
+        lora_versions: int = 1,
     ) -> None:
+        """`lora_rank`: serve LoRA adapters of up to this rank on the checkpoint (the base), the
+        last `lora_versions` policy versions registered at once (`load_adapter`)."""
         _configure_vllm_env()
         _import_vllm()
         _keep_linear_weights_as_parameters()
@@ -236,6 +282,9 @@ class VLLMEngine:
             cpu_only["kv_cache_memory_bytes"] = kv_cache_bytes(
                 model_dir, max_num_seqs, max_model_len, block, engine_dtype(dtype), kv_cache_gb
             )
+        self.adapters = AdapterVersions(lora_versions) if lora_rank is not None else None
+        if lora_rank is not None:
+            cpu_only.update(enable_lora=True, max_lora_rank=vllm_lora_rank(lora_rank), max_loras=lora_versions, max_cpu_loras=lora_versions)
         if not torch.cuda.is_available():  # vLLM's C++ RMSNorm kernels (rlsvc/rollout/cpu_norms.py)
             cpu_norms.register()
             cpu_only["ir_op_priority"] = cpu_norms.IR_OP_PRIORITY
@@ -280,6 +329,7 @@ class VLLMEngine:
         allowed_token_ids: list[int] | None = None,
         seed: int | None = None,
         seeds: list[int] | None = None,
+        adapter_version: int | None = None,
     ) -> list[dict]:
         """Sample a continuation for every prompt in one batched call.
 
@@ -289,7 +339,8 @@ class VLLMEngine:
         `i` uses seed `seed + i`: one shared seed would give every prompt of a GRPO group the
         same noise and hence the same sample. `seeds` gives each prompt its own seed instead.
         `max_tokens` may be one budget per prompt (each session's room left in its context);
-        `min_tokens` is then capped at each prompt's budget.
+        `min_tokens` is then capped at each prompt's budget. An engine serving LoRA samples from
+        the adapter of `adapter_version` (default: the newest loaded; none loaded: the base).
         """
         if self._pending is not None:
             raise RuntimeError(f"generate() during an unfinished weight update to version {self._pending.version}")
@@ -324,12 +375,37 @@ class VLLMEngine:
             )
             for i in range(len(prompts))
         ]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        lora = self.adapters.request(adapter_version) if self.adapters is not None else None
+        outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=lora)
         completions = [out.outputs[0] for out in outputs]
         texts = cast(Any, self.llm.get_tokenizer()).batch_decode(  # vLLM types it as its narrow TokenizerLike; it is an HF tokenizer
             [c.token_ids for c in completions], skip_special_tokens=True
         )
         return [self._to_result(c, text) for c, text in zip(completions, texts, strict=True)]
+
+    def load_adapter(self, folder: str, version: int) -> dict[str, float]:
+        """Register the PEFT adapter folder as policy `version` (vLLM 0.32 reads adapters only
+        from a path: a tmpfs folder keeps it off the disk) and unregister the versions that fall
+        out of the window; later `generate` calls sample from it."""
+        if self.adapters is None:
+            raise RuntimeError("load_adapter: this engine was started without LoRA (lora_rank)")
+        from vllm.lora.request import LoRARequest
+
+        t0 = time.perf_counter()
+        request = LoRARequest(f"policy-v{version}", version + 1, folder)
+        engine = self.llm.llm_engine
+        # out of the window first: a full vLLM cache would evict its least recently used
+        # adapter itself, which may be one an in-flight episode still samples from
+        for old in self.adapters.add(version, request):
+            engine.remove_lora(old + 1)
+        engine.add_lora(request)
+        self.version = version
+        return {"time/adapter_load_s": time.perf_counter() - t0}
+
+    def loaded_adapters(self) -> list[int]:
+        """Policy versions whose adapters the engine holds now (vLLM's own list), oldest first."""
+        ids = self.llm.llm_engine.list_loras()
+        return sorted(i - 1 for i in ids)
 
     @staticmethod
     def _to_result(completion: Any, text: str) -> dict:

@@ -35,6 +35,7 @@ from rlsvc.config import Config, TrainerConfig
 from rlsvc.models.spec import ModelSpec, as_spec
 from rlsvc.models.titan import ModelConfig, autocast, compute_dtype, forward, pick_device
 from rlsvc.trainer.batch import TrainBatch
+from rlsvc.trainer.lora import LoraSettings, is_lora_key
 from rlsvc.trainer.lr_schedule import LRSchedule
 
 METRIC_KEYS = ("loss", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "mismatch_sum", "tokens")
@@ -188,8 +189,11 @@ class TitanTrainer(_PolicyBase):
         share_prefixes: bool = True,
         loss: LossSettings | None = None,
         lr_schedule: LRSchedule | None = None,
+        lora: LoraSettings | None = None,
     ) -> None:
         self.spec = as_spec(model)
+        self.lora = lora
+        """LoRA adapters on a frozen base (rlsvc/trainer/lora.py); None: the whole model trains."""
         self.lr, self.lr_schedule = lr, lr_schedule or LRSchedule()
         self.micro_batch_tokens, self.share_prefixes = micro_batch_tokens, share_prefixes
         self.loss = loss if loss is not None else LossSettings()
@@ -203,15 +207,25 @@ class TitanTrainer(_PolicyBase):
             self._init_process_group(dist_init_method, dist_store)
         self.sharded = world_size > 1
         shard = (lambda m: apply_fsdp(m, self.device, world_size, self.dtype)) if self.sharded else None
-        self.model = self.spec.build(seed, self.device, shard)
+        self.model = self.spec.build(seed, self.device, shard) if lora is None else self._build_with_adapters(seed, lora, shard)
         if init_hf_state_dict is not None:
             self.load_hf_state_dict(init_hf_state_dict)
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
         # PyTorch's fused AdamW (one vectorised, multi-threaded kernel over each parameter) where
         # the device has it: on CPU its default is a loop of per-tensor ops, about 3.5x slower on
         # the 28M-parameter model of benchmarks/vs_trl_representative.py (0.069 s a step vs
         # 0.018, 2 threads). Transformers' Trainer (TRL's) defaults to the fused one as well.
         fused = self.device.type in FUSED_ADAMW_DEVICES
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
+        self.optimizer = torch.optim.AdamW(trainable, lr=lr, betas=betas, weight_decay=weight_decay, fused=fused)
+
+    def _build_with_adapters(self, seed: int, lora: LoraSettings, shard: Any) -> nn.Module:
+        """The base model, frozen, with adapters added before FSDP2 shards it (the adapters then
+        sit in their layer's FSDP unit). A pretrained base is read whole on each rank first: the
+        spec's sharded load keys on the base's names only."""
+        from rlsvc.trainer.lora import add_adapters
+
+        model = add_adapters(self.spec.build(seed, self.device), lora, seed)
+        return shard(model) if shard is not None else model
 
     def _init_process_group(self, init_method: str | None, store: dist.Store | None) -> None:
         if dist.is_initialized():
@@ -381,22 +395,70 @@ class TitanTrainer(_PolicyBase):
         and the other ranks an empty one (all ranks must call). `copy=False`: see
         `to_hf_state_dict` (on one rank, unpermuted tensors are the live parameters)."""
         if not self.sharded:
-            return self.spec.to_hf(self.model.state_dict(), copy=copy, lazy_permute=lazy_permute and not copy)
+            return self.spec.to_hf(self._merged(self.model.state_dict()), copy=copy, lazy_permute=lazy_permute and not copy)
+        # the gather already produces fresh CPU tensors, so no second copy is needed
+        full = self._full_state_dict()
+        return self.spec.to_hf(self._merged(full), copy=False, lazy_permute=lazy_permute) if self.rank == 0 else {}
+
+    def _full_state_dict(self) -> dict[str, torch.Tensor]:
+        """Every weight, TorchTitan names, on CPU: on rank 0 under FSDP (a collective), else live."""
+        if not self.sharded:
+            return self.model.state_dict()
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        # the gather already produces fresh CPU tensors, so no second copy is needed
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-        return self.spec.to_hf(cast(dict[str, torch.Tensor], full), copy=False, lazy_permute=lazy_permute) if self.rank == 0 else {}
+        return cast(dict[str, torch.Tensor], full)
+
+    def _merged(self, titan_sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """With LoRA, the weights the policy computes with (adapters folded into the base)."""
+        from rlsvc.trainer.lora import merged
+
+        return titan_sd if self.lora is None else merged(titan_sd, self.lora)
+
+    def adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """The LoRA adapters, TorchTitan names (`layers.0.attention.wq.lora_a.weight`), CPU float32
+        copies; under FSDP rank 0 gets them and the others an empty dict (all ranks must call)."""
+        from rlsvc.trainer.lora import split
+
+        if self.lora is None:
+            raise ValueError("adapter_state_dict: this trainer has no LoRA adapters (model.lora.enabled is false)")
+        adapters = split(self._full_state_dict())[1]
+        if self.sharded and self.rank != 0:
+            return {}
+        return {k: v.detach().to("cpu", torch.float32, copy=True) for k, v in adapters.items()}
+
+    def peft_adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """The adapters in PEFT's names and the base checkpoint's layout (rank 0; all ranks call)."""
+        from rlsvc.trainer.lora import peft_adapter_state_dict
+
+        adapters = self.adapter_state_dict()
+        return peft_adapter_state_dict(self.spec, adapters) if adapters else {}
+
+    @torch.no_grad()
+    def reference_logprobs(
+        self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """With LoRA, the reference's logprobs: this model with its adapters off (the base), so no
+        reference copy is needed. A collective under FSDP, like `logprobs`."""
+        from rlsvc.trainer.lora import adapters_disabled
+
+        if self.lora is None:
+            raise ValueError("reference_logprobs: without LoRA the reference is a model of its own (TitanReference)")
+        with adapters_disabled(self.model):
+            return self.logprobs(input_ids, allowed_token_ids, lengths)
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         """Load full HF-named weights; with FSDP every rank passes the same full dict."""
         titan_sd = self.spec.from_hf(sd)
+        strict = self.lora is None  # with LoRA these are the base's weights; the adapters stay
         if not self.sharded:
-            self.model.load_state_dict(titan_sd)
+            missing = self.model.load_state_dict(titan_sd, strict=strict).missing_keys
+            if any(not is_lora_key(k) for k in missing):
+                raise ValueError(f"load_hf_state_dict: weights missing: {[k for k in missing if not is_lora_key(k)][:3]}")
             return
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        set_model_state_dict(self.model, cast(Any, titan_sd), options=StateDictOptions(full_state_dict=True))
+        set_model_state_dict(self.model, cast(Any, titan_sd), options=StateDictOptions(full_state_dict=True, strict=strict))
 
     def save_checkpoint(self, directory: str) -> None:
         """Model and optimiser (AdamW moments, step counts) as a sharded torch.distributed
@@ -406,9 +468,9 @@ class TitanTrainer(_PolicyBase):
 
         if not self.optimizer.state:  # no step taken yet: nothing to save, and asking for the
             # optimiser's state dict would initialise it with a fake step (AdamW's step count 1)
-            dcp.save({"model": get_model_state_dict(self.model)}, checkpoint_id=directory)
+            dcp.save({"model": get_model_state_dict(self.model, options=self._checkpoint_options())}, checkpoint_id=directory)
             return
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._checkpoint_options())
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory)
 
     def load_checkpoint(self, directory: str) -> None:
@@ -423,15 +485,23 @@ class TitanTrainer(_PolicyBase):
         else:
             reader = dcp.FileSystemReader(directory)
         saved = reader.read_metadata().state_dict_metadata
+        options = self._checkpoint_options()
         if not any(k.startswith("optim") for k in saved):  # saved before the first step
-            state: dict[str, Any] = {"model": get_model_state_dict(self.model)}
+            state: dict[str, Any] = {"model": get_model_state_dict(self.model, options=options)}
             dcp.load(state, checkpoint_id=directory)
-            set_model_state_dict(self.model, state["model"])
+            set_model_state_dict(self.model, state["model"], options=options)
             return
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)  # the layout to load into
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=options)  # the layout to load into
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=directory)
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
+
+    def _checkpoint_options(self) -> Any:
+        """With LoRA a checkpoint holds the adapters and their optimiser state, not the frozen base
+        (rebuilt from the spec on resume); `strict=False` lets the base's keys be absent."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+        return StateDictOptions(ignore_frozen_params=self.lora is not None, strict=self.lora is None)
 
     def parameter_checksum(self) -> float:
         """Sum of all parameter values plus their squares, in float64 (a cheap equality probe)."""
@@ -468,6 +538,8 @@ class TrainerSpec:
     loss: LossSettings = field(default_factory=LossSettings)
     """The policy loss's settings for every step (a job's: `from_config`); the default is the
     loss's own (clip 0.2, no KL term, on-policy), for specs that never train with GRPO."""
+    lora: LoraSettings | None = None
+    """LoRA adapters on a frozen base (`model.lora`); None: full fine-tuning."""
 
     @classmethod
     def from_config(cls, model: ModelSpec, cfg: Config, allowed_token_ids: Sequence[int] | None) -> TrainerSpec:
@@ -475,7 +547,7 @@ class TrainerSpec:
         the tokens vLLM samples from under `rollout.constrained_actions` (None: all)."""
         steps = cfg.model.warm_start_steps + cfg.run.steps * cfg.trainer.minibatches
         loss = LossSettings.from_config(cfg.grpo, allowed_token_ids, cfg.rollout.max_tokens)
-        return cls(model, whole_job_decay(cfg.trainer, steps), cfg.run.seed, loss)
+        return cls(model, whole_job_decay(cfg.trainer, steps), cfg.run.seed, loss, LoraSettings.from_config(cfg.model.lora))
 
     def build(
         self,
@@ -501,6 +573,7 @@ class TrainerSpec:
             share_prefixes=t.share_prefixes,
             loss=self.loss,
             lr_schedule=LRSchedule(t.lr_schedule, t.warmup_steps, t.decay_steps, t.min_lr_ratio),
+            lora=self.lora,
         )
 
     def build_reference(self, hf_state_dict: dict[str, torch.Tensor] | None = None) -> TitanReference:
