@@ -16,7 +16,7 @@ import random
 import re
 from typing import Any
 
-from rlsvc.tools.schema import function
+from rlsvc.tools.schema import ToolCall, ToolReply, function
 from rlsvc.tools.task import ToolTask
 
 _OPS: dict[type, Any] = {
@@ -68,13 +68,16 @@ class CalculatorTask(ToolTask):
     def problem(self, seed: int) -> dict[str, Any]:
         rng = random.Random(seed)
         a, b, c = rng.randint(10, 99), rng.randint(10, 99), rng.randint(1, 99)
-        return {"question": f"What is {a} * {b} + {c}?", "value": a * b + c}
+        return {"question": f"What is {a} * {b} + {c}?", "expression": f"{a}*{b}+{c}", "value": a * b + c}
 
     def prompt(self, problem: dict[str, Any]) -> list[dict[str, str]]:
         return [{"role": "user", "content": problem["question"]}]
 
     def call(self, problem: dict[str, Any], name: str, arguments: dict[str, Any]) -> str:
         return str(calculate(arguments["expression"]))
+
+    def demonstration(self, problem: dict[str, Any]) -> ToolReply:
+        return ToolReply("", (ToolCall("calculate", {"expression": problem["expression"]}),))
 
     def score(self, problem: dict[str, Any], answer: str) -> float:
         numbers = re.findall(r"-?\d+", answer)

@@ -31,7 +31,16 @@ class ToolCodec(TaskCodec):
         return self.bos + ids
 
     def parse(self, text: str) -> ToolReply | None:
-        return self.parser.parse(text)
+        """The reply's calls; None for a malformed reply or one the task does not accept."""
+        reply = self.parser.parse(text)
+        return reply if reply is not None and self.task.accepts(reply) else None
+
+    def answer_ids(self, answer: Any) -> list[int]:
+        """An answer's tokens as the policy writes them, ending its turn; a `ToolReply` (a warm
+        start's demonstration, `ToolTask.demonstration`) as the family's calls."""
+        if isinstance(answer, ToolReply) and answer.calls:
+            answer = answer.content + self.template.reply_text(answer.payload()["calls"])
+        return super().answer_ids(str(answer.content if isinstance(answer, ToolReply) else answer))
 
     def next_turn(self, sequence: list[int], obs: Any) -> list[int] | None:
         """The tokens after `sequence` (ending with the reply that made the calls) for the tool
@@ -39,7 +48,7 @@ class ToolCodec(TaskCodec):
         `rollout.max_tokens`), then the `tool` messages and the generation prompt. None when
         the sequence would no longer leave room to answer."""
         ended = bool(sequence) and sequence[-1] == self.end_of_turn[0]
-        ids = ([] if ended else list(self.end_of_turn)) + self.template.results_ids(obs.results)
+        ids = ([] if ended else list(self.end_of_turn)) + self.template.results_ids(self.task.tool_results(obs))
         if self.prompt_room is not None and len(sequence) + len(ids) > self.prompt_room:
             return None
         return ids

@@ -14,13 +14,16 @@ first use, the parser when the codec is.
 
 from __future__ import annotations
 
+import random
 import sys
 from abc import abstractmethod
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from rlsvc.envs.lazy import lazy_classes
 from rlsvc.task import EnvSpec, Task, TaskError
+from rlsvc.tools.schema import ToolReply
 
 
 class ToolTask(Task):
@@ -63,6 +66,23 @@ class ToolTask(Task):
     def outcome(self, problem: Any, reward: float) -> str:
         return "correct" if reward >= 1.0 else "wrong"
 
+    def demonstration(self, problem: Any) -> ToolReply | None:
+        """A good first reply to `problem` (its calls): what the format warm start
+        (`model.warm_start_steps`) teaches, written in the model family's call format. None
+        (the default): the task has no warm start."""
+        return None
+
+    def warm_start_examples(self, rng: random.Random, n: int) -> list[tuple[Any, Any]] | None:
+        """(first observation, `demonstration`) pairs of random problems."""
+        problems = [self.problem(rng.randrange(2**31)) for _ in range(n)]
+        return [(SimpleNamespace(prompt=self.prompt(p), results=[]), self.demonstration(p)) for p in problems]
+
+    def has(self, hook: str) -> bool:
+        """As `Task.has`; the warm start counts once the task has demonstrations."""
+        if hook == "warm_start_examples":
+            return type(self).demonstration is not ToolTask.demonstration
+        return super().has(hook)
+
     # -- the Task interface ---------------------------------------------------------------------
 
     def env_spec(self) -> EnvSpec:
@@ -82,6 +102,15 @@ class ToolTask(Task):
         """A transcript keeps the tool results (the opening messages only before the first reply)."""
         results = list(getattr(observation, "results", None) or [])
         return {"results": results} if results else {"prompt": observation.prompt}
+
+    def accepts(self, reply: ToolReply) -> bool:
+        """Whether a well-formed reply is a valid action here (default: any); False makes it
+        an invalid answer."""
+        return True
+
+    def tool_results(self, observation: Any) -> list[dict[str, str]]:
+        """The results a reply's calls got, as `tool` messages' `{"name", "content"}`."""
+        return list(observation.results)
 
     def make_codec(self, tokenizer: Any, max_prompt_tokens: int | None = None) -> Any:
         """The codec that prompts with the tools and parses calls (rlsvc/tools/codec.py)."""

@@ -47,6 +47,20 @@ class ToolTemplate:
             raise ValueError(f"the chat template does not close an assistant turn with its end-of-turn token {self.eos!r}")
         return after[len(self.eos) :]
 
+    def reply_text(self, calls: Sequence[dict[str, Any]]) -> str:
+        """The text of an assistant reply making `calls` (each `{"name": ..., "arguments": {...}}`)
+        as the template writes it after the generation prompt, without the end-of-turn token: the
+        family's own call format, for a warm start's demonstrations."""
+        question = [{"role": "user", "content": "?"}]
+        tool_calls = [{"type": "function", "function": c} for c in calls]
+        cue = self.tokenizer.apply_chat_template(question, tools=self.tools, add_generation_prompt=True, tokenize=False, **CHAT_OPTIONS)
+        full = self.tokenizer.apply_chat_template(
+            [*question, {"role": "assistant", "content": "", "tool_calls": tool_calls}], tools=self.tools, tokenize=False, **CHAT_OPTIONS
+        )
+        if not full.startswith(cue) or self.eos not in full[len(cue) :]:
+            raise ValueError("the chat template does not write an assistant's calls after its generation prompt")
+        return full[len(cue) : full.index(self.eos, len(cue))]
+
     def results_ids(self, results: Sequence[dict[str, Any]]) -> list[int]:
         """`results_text` as token ids (after the end-of-turn token, so nothing merges across)."""
         return list(self.tokenizer.encode(self.results_text(results), add_special_tokens=False))

@@ -188,3 +188,17 @@ def test_a_tool_task_is_refused_without_episode_context_before_any_cluster_start
     with pytest.raises(TaskError, match=r"^rollout.context: task calculator calls tools.*set rollout.context=episode$"):
         task_for(load_config(None, chosen), check_remote=False)
     assert isinstance(task_for(load_config(None, [*chosen, "rollout.context=episode"]), check_remote=False), CalculatorTask)
+
+
+def test_the_warm_start_writes_demonstrations_in_the_familys_call_format(family, tokenizer):
+    import random
+
+    task = CalculatorTask()
+    codec = task.make_codec(tokenizer)
+    assert task.has("warm_start_examples")
+    [(obs, demo)] = task.warm_start_examples(random.Random(0), 1)
+    ids = codec.answer_ids(demo)
+    assert ids[-1] == tokenizer.eos_token_id
+    text = tokenizer.decode(ids[:-1], skip_special_tokens=True)
+    assert codec.parse(text) == demo  # what the policy learns to write is what the parser reads
+    assert text.startswith("<tool_call>\n{" if family == "qwen3" else '{"name": "calculate", "parameters"')
