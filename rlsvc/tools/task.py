@@ -26,6 +26,11 @@ from rlsvc.task import EnvSpec, Task, TaskError
 from rlsvc.tools.schema import ToolReply
 
 
+class ToolServerLost(RuntimeError):
+    """A call could not reach the tools' server: not the policy's doing, so the episode fails
+    (`env_error`, its group left out of the step) instead of the policy reading an error."""
+
+
 class ToolTask(Task):
     """Implement `prompt`, `call` and `score`; set `tools`, and `problems` or override `problem`."""
 
@@ -119,9 +124,12 @@ class ToolTask(Task):
         return ToolCodec(self, tokenizer, max_prompt_tokens)
 
     def run_call(self, problem: Any, name: str, arguments: dict[str, Any]) -> str:
-        """`call`, with an exception turned into the error message the policy reads."""
+        """`call`, with an exception turned into the error message the policy reads (except
+        `ToolServerLost`: the episode then fails, as any environment that raises)."""
         try:
             return str(self.call(problem, name, arguments))
+        except ToolServerLost:
+            raise
         except Exception as e:  # the tool's failure is the policy's observation, not ours
             return f"error: {type(e).__name__}: {e}"
 
