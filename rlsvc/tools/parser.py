@@ -42,6 +42,10 @@ def choose_parser(tokenizer: Any, name: str = "auto") -> str:
     raise TaskError("tool_parser: the tokenizer has neither <tool_call> (hermes) nor <|python_tag|> (llama3_json); name the parser")
 
 
+def _drop(record: logging.LogRecord) -> bool:
+    return False
+
+
 class ToolCallParser:
     """Parses decoded replies into a `ToolReply` with vLLM's parser `name` (see `choose_parser`)."""
 
@@ -54,8 +58,9 @@ class ToolCallParser:
         self.start = PARSERS[self.name]
         self._request = ChatCompletionRequest(model="rlsvc", messages=[], tools=list(tools))
         self._parser = ToolParserManager.get_tool_parser(self.name)(tokenizer, self._request.tools)
-        # vLLM logs a traceback for every reply it cannot parse; a learning policy writes many
-        logging.getLogger(type(self._parser).__module__).setLevel(logging.CRITICAL)
+        # vLLM logs a traceback for every reply it cannot parse, and a learning policy writes
+        # many: a filter (vLLM's logging set-up, when an engine starts, resets levels, not filters)
+        logging.getLogger(type(self._parser).__module__).addFilter(_drop)
 
     def parse(self, text: str) -> ToolReply | None:
         """The reply's content and calls; None when it is malformed (see the module docstring)."""
