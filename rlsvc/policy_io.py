@@ -113,5 +113,9 @@ class TaskCodec:
 
 
 def make_codec(task: Task, tokenizer: Any, max_seq_len: int, max_tokens: int) -> TaskCodec:
-    """The codec a job uses: prompts leave room for `max_tokens` sampled tokens."""
+    """The codec a job uses: prompts leave room for `max_tokens` sampled tokens. A task with its
+    own prompt and reply format (a tool-calling task, rlsvc/tools/task.py) builds its own."""
+    own = getattr(task, "make_codec", None)
+    if own is not None:
+        return own(tokenizer, max_seq_len - max_tokens)  # type: ignore[no-any-return]
     return TaskCodec(task, tokenizer, max_seq_len - max_tokens)

@@ -124,6 +124,10 @@ def task_for(cfg, check_remote: bool = True):
                 raise TaskError(f"config error: {section}.{field}: task {task.name} has no {hook} hook; set it to 0")
             setattr(part, field, 0)
     check_test_eval(cfg, task)
+    if getattr(task, "tools", None) and cfg.rollout.context != "episode":  # rlsvc/tools/task.py
+        raise TaskError(
+            f"rollout.context: task {task.name} calls tools, whose results extend the episode's tokens; set rollout.context=episode"
+        )
     if task.remote_url and not cfg.env.remote.url:
         cfg.env.remote.url = task.remote_url
     if cfg.env.remote.url and check_remote:
