@@ -21,7 +21,7 @@ RUN pip install --no-cache-dir vllm==0.33.0 torch==2.14.0 \
  && pip install --no-cache-dir torchtitan==0.3.0 torchmonarch==0.7.0 'ray[default]>=2.60,<2.61' \
       'mlflow>=3.17,<3.19' openenv-core==0.3.0 'transformers>=5.0,<6' 'tokenizers>=0.22' \
       'safetensors>=0.6' 'pydantic>=2.10,<3' 'pyyaml>=6' 'rich>=13' pyseccomp==0.1.2 'blake3>=1.0' 'jsonschema>=4.23,<4.25' \
-      'datasets>=4.7,<4.8' math-verify==0.9.0 s3fs==2026.2.0 peft==0.21.2
+      'datasets>=4.7,<4.8' math-verify==0.9.0 s3fs==2026.2.0 peft==0.21.2 'fastmcp>=4.2,<5'
 
 ENV RAY_AUTH_MODE=disabled \
     TOKENIZERS_PARALLELISM=false \

@@ -83,8 +83,8 @@ class McpToolTask(ToolTask):
         self.problems = rows
         self._tools: list[dict[str, Any]] | None = None
 
-    @property  # type: ignore[override]
-    def tools(self) -> list[dict[str, Any]]:
+    @property
+    def tools(self) -> list[dict[str, Any]]:  # type: ignore[override]  # listed lazily: a property over the base's attribute
         """The server's tools as OpenAI function tools, listed through MCP once per process."""
         if self._tools is None:
             try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from rlsvc.task import TaskError
 from rlsvc.tools.schema import ToolCall, ToolReply, check_call, check_tools
@@ -57,7 +57,7 @@ class ToolCallParser:
         self.name = choose_parser(tokenizer, name)
         self.start = PARSERS[self.name]
         self._request = ChatCompletionRequest(model="rlsvc", messages=[], tools=list(tools))
-        self._parser = ToolParserManager.get_tool_parser(self.name)(tokenizer, self._request.tools)
+        self._parser = ToolParserManager.get_tool_parser(self.name)(tokenizer, cast(Any, self._request.tools))
         # vLLM logs a traceback for every reply it cannot parse, and a learning policy writes
         # many: a filter (vLLM's logging set-up, when an engine starts, resets levels, not filters)
         logging.getLogger(type(self._parser).__module__).addFilter(_drop)

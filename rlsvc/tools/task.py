@@ -162,7 +162,8 @@ def _build_classes() -> dict[str, type]:
 
         def __init__(self) -> None:
             super().__init__()
-            self._state, self._problem, self._prompt = ToolState(), None, []
+            self._state, self._problem = ToolState(), None
+            self._prompt: list[dict[str, Any]] = []
 
         def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> ToolObservation:
             self._state, self._problem = ToolState(episode_id=episode_id, seed=seed), self.task.problem(seed or 0)

@@ -2,8 +2,9 @@
 chat template with tools and its tool tokens.
 
 The tiny tokenizers carry short ChatML / Llama 3 templates without tools. `tool_tokenizer` gives
-one the real template of its family (`templates/qwen3.jinja`: Qwen3's, `<think>` handling
-included; `templates/llama3_1.jinja`: Llama 3.1's; both as TRL ships them for identity checks)
+one the real template of its family (Qwen3's, `<think>` handling included, and Llama 3.1's, read
+from the installed TRL package, which ships the families' templates for identity checks; none is
+copied into this repository)
 and the tokens those templates and vLLM's parsers use: Qwen3's `<tool_call>`, `</tool_call>`,
 `<tool_response>`, `</tool_response>`, `<think>`, `</think>` (added, not special, as in Qwen3's
 tokenizer, so decoded text keeps them), Llama 3's `<|python_tag|>` and `<|eom_id|>` (special).
@@ -16,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-TEMPLATES = Path(__file__).parent / "templates"
 FAMILY_TOOLS: dict[str, tuple[str, tuple[str, ...], bool]] = {
     # family: (template file, tokens, special)
     "qwen3": ("qwen3.jinja", ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"), False),
@@ -33,8 +33,18 @@ def tool_tokenizer(tokenizer: Any, family: str) -> Any:
         tokenizer.add_special_tokens({"additional_special_tokens": list(tokens)})
     else:
         tokenizer.add_tokens(list(tokens))
-    tokenizer.chat_template = (TEMPLATES / template).read_text()
+    tokenizer.chat_template = family_template(template)
     return tokenizer
+
+
+def family_template(name: str) -> str:
+    """A chat template as the installed TRL ships it (`trl/chat_templates/NAME`)."""
+    from importlib import resources
+
+    try:
+        return (resources.files("trl") / "chat_templates" / name).read_text()
+    except (ModuleNotFoundError, FileNotFoundError) as e:
+        raise ValueError(f"the {name} chat template comes from the installed TRL package (pip install trl): {e}") from None
 
 
 def add_tool_support(folder: str | Path, family: str) -> None:
