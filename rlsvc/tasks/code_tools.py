@@ -58,7 +58,7 @@ class CodeToolsTask(CodeTask):
     def render(self, observation: Any) -> list[dict[str, str]]:
         return [{"role": "system", "content": self.system}, {"role": "user", "content": f"TASK: {observation.prompt}"}]
 
-    def parse(self, text: str) -> Any | None:
+    def parse(self, text: str) -> tuple[str, str]:
         raise TypeError("code_tools: replies are parsed by the task's codec (make_codec), which knows the tokenizer")
 
     def accepts(self, reply: ToolReply) -> bool:

@@ -5,7 +5,7 @@ again). `ToolTask.make_codec` builds it; `rlsvc.policy_io.make_codec` asks the t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlsvc.policy_io import TaskCodec
 from rlsvc.task import Prompt
@@ -13,14 +13,13 @@ from rlsvc.tools.parser import ToolCallParser
 from rlsvc.tools.schema import ToolReply
 from rlsvc.tools.template import ToolTemplate
 
-if TYPE_CHECKING:
-    from rlsvc.tools.task import ToolTask
-
 
 class ToolCodec(TaskCodec):
-    task: ToolTask
+    # a ToolTask, or a task of another base with its hooks (tools, tool_parser, accepts,
+    # tool_results: rlsvc/tasks/code_tools.py)
+    task: Any
 
-    def __init__(self, task: ToolTask, tokenizer: Any, max_prompt_tokens: int | None = None) -> None:
+    def __init__(self, task: Any, tokenizer: Any, max_prompt_tokens: int | None = None) -> None:
         super().__init__(task, tokenizer, max_prompt_tokens)
         self.template = ToolTemplate(tokenizer, task.tools)
         self.parser = ToolCallParser(tokenizer, task.tools, task.tool_parser)
