@@ -39,7 +39,7 @@ OUT = REPO / "benchmarks" / "results" / "validate_math.json"
 SFT_CONFIG = "configs/sft_arith_tiny.yaml"
 RL_CONFIG = "configs/math_tiny_rl.yaml"
 # the recipe's data and model (docs/reasoning.md says why each)
-GENERATE = ["--level", "easy", "--max-start", "50", "--max-addend", "50"]
+GENERATE = ["--level", "easy", "--max-steps", "3", "--max-start", "50", "--max-addend", "50"]
 MODEL = ["--family", "qwen3", "--hidden-size", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--intermediate-size", "256"]
 # the control continues at the SFT schedule's end learning rate (lr x min_lr_ratio), constant
 _TRAINER = yaml.safe_load((REPO / SFT_CONFIG).read_text())["trainer"]
@@ -269,10 +269,10 @@ def variants(work: Path, seed: int, data: Path, uri: str) -> dict[str, Any]:
     """From the seed's SFT folder: the RL stage again with each other loss (same config, steps
     and time budget), and dynamic sampling off and on for `DYNAMIC_STEPS` steps, no evaluations."""
     folder = json.loads((work / "sft" / "result.json").read_text())["model_dir"]
-    losses = {loss: rl(work, seed, folder, data, uri, f"rl_{loss}", (f"grpo.loss={loss}",)) for loss in LOSSES}
     dynamic = {
         on: rl(work, seed, folder, data, uri, f"rl_dynamic_{on}", (*SHORT, f"grpo.dynamic_sampling={on}")) for on in ("false", "true")
     }
+    losses = {loss: rl(work, seed, folder, data, uri, f"rl_{loss}", (f"grpo.loss={loss}",)) for loss in LOSSES}
     return {"seed": seed, "losses": losses, "dynamic_sampling": dynamic}
 
 
