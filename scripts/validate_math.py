@@ -265,15 +265,20 @@ def rl_test_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"seed": r["seed"], "SFT start (500)": f"{r['start_accuracy']:.3f}", **test_row(r["rl"])} for r in seeds]
 
 
-def variants(work: Path, seed: int, data: Path, uri: str) -> dict[str, Any]:
-    """From the seed's SFT folder: the RL stage again with each other loss (same config, steps
-    and time budget), and dynamic sampling off and on for `DYNAMIC_STEPS` steps, no evaluations."""
+def variants(work: Path, seed: int, data: Path, uri: str, finished_only: bool = False) -> dict[str, Any]:
+    """From the seed's SFT folder: dynamic sampling off and on for `DYNAMIC_STEPS` steps, no
+    evaluations, and the RL stage again with each other loss (same config, steps and time
+    budget). `finished_only`: run nothing, take the stages an earlier run finished."""
     folder = json.loads((work / "sft" / "result.json").read_text())["model_dir"]
-    dynamic = {
-        on: rl(work, seed, folder, data, uri, f"rl_dynamic_{on}", (*SHORT, f"grpo.dynamic_sampling={on}")) for on in ("false", "true")
+    stages = {f"rl_dynamic_{on}": (*SHORT, f"grpo.dynamic_sampling={on}") for on in ("false", "true")}
+    stages |= {f"rl_{loss}": (f"grpo.loss={loss}",) for loss in LOSSES}
+    runs = {
+        name: rl(work, seed, folder, data, uri, name, extra)
+        for name, extra in stages.items()
+        if not finished_only or (work / f"{name}.done").exists()
     }
-    losses = {loss: rl(work, seed, folder, data, uri, f"rl_{loss}", (f"grpo.loss={loss}",)) for loss in LOSSES}
-    return {"seed": seed, "losses": losses, "dynamic_sampling": dynamic}
+    dynamic = {on: runs[f"rl_dynamic_{on}"] for on in ("false", "true") if f"rl_dynamic_{on}" in runs}
+    return {"seed": seed, "losses": {loss: runs[f"rl_{loss}"] for loss in LOSSES if f"rl_{loss}" in runs}, "dynamic_sampling": dynamic}
 
 
 def variant_tables(v: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -331,13 +336,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rerender", action="store_true", help="run nothing: rebuild --out's tables from the seeds it holds")
     p.add_argument("--no-variants", action="store_true", help="skip Dr. GRPO, GSPO and dynamic sampling (else on the first seed)")
     p.add_argument("--variants-only", action="store_true", help="only the variants, from --work's finished first seed, into --out")
+    p.add_argument("--finished-only", action="store_true", help="with --variants-only: run nothing, record the variants --work finished")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     work = args.work.resolve()
     if args.rerender or args.variants_only:
         old = json.loads(args.out.read_text())
+        uri = f"sqlite:///{work / 'mlflow.db'}"
         v = (
-            variants(work / f"seed{seeds[0]}", seeds[0], work / "data", f"sqlite:///{work / 'mlflow.db'}")
+            variants(work / f"seed{seeds[0]}", seeds[0], work / "data", uri, args.finished_only)
             if args.variants_only
             else old.get("variants")
         )
