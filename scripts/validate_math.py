@@ -286,7 +286,13 @@ def variant_tables(v: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, 
     gradient-carrying episodes a step, off vs on."""
     [grpo] = [r["rl"] for r in seeds if r["seed"] == v["seed"]]
     runs = {"grpo": grpo, **v["losses"]}
-    losses = [{"seed": v["seed"], "loss": name, **test_row(r)} for name, r in runs.items()]
+    rows = {name: test_row(r) for name, r in runs.items()}
+    steps = sorted({k for row in rows.values() for k in row if k.startswith("step ")}, key=lambda k: int(k.split()[1]))
+    # every row lists every evaluation step, in order (the runs' budgets bought different step counts)
+    losses = [
+        {"seed": v["seed"], "loss": name, **{k: row.get(k, "") for k in steps}, **{k: x for k, x in row.items() if k not in steps}}
+        for name, row in rows.items()
+    ]
     keys = [f"{k} (mean a step)" for k in PER_STEP]
     dynamic = [
         {
