@@ -83,9 +83,10 @@ validate-hf: install
 	$(BIN)/python scripts/validate_hf.py $(ARGS)
 
 # the reasoning recipe in miniature (issue 57, docs/reasoning.md): generated word problems, a tiny
-# Qwen3, `rlsvc sft`, then GRPO from its folder, for seeds 1 and 2, and the same wall time of further
-# SFT as the control; writes benchmarks/results/validate_math.json (scripts/validate_math.py;
-# ARGS="--seeds 1 --no-control" for one seed)
+# Qwen3, `rlsvc sft`, then GRPO from its folder, for seeds 1 and 2, each with the same wall time of
+# further SFT as the control, then Dr. GRPO, GSPO and dynamic sampling from seed 1's SFT folder;
+# writes benchmarks/results/validate_math.json (scripts/validate_math.py; ARGS="--seeds 1
+# --no-control --no-variants" for one seed alone)
 validate-math: install
 	$(BIN)/python scripts/validate_math.py $(ARGS)
 

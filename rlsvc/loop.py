@@ -433,6 +433,7 @@ class GRPOLoop:
                 **episode_metrics(played, self.codec, cfg.rollout.max_tokens),
                 **faults,
                 "train_skipped": 1.0,
+                "episodes_trained": 0.0,
                 "buffer_depth": float(depth),
                 "policy_version": float(self.version),
                 "time/score_s": scored.score_s,
@@ -462,6 +463,7 @@ class GRPOLoop:
             "rollout_replacements_total": float(self.rollout_replacements),
             "buffer_depth": float(depth),
             "train_skipped": 0.0,
+            "episodes_trained": float(len(batch_eps)),  # below B x G when dynamic sampling ran short
             "time/score_s": scored.score_s,
             "time/buffer_s": t_reward - t0,
             "time/reference_s": t_ref - t_reward,

@@ -2,12 +2,15 @@
 miniature recipe"): generate the arithmetic word problems, make a tiny Qwen3 checkpoint, `rlsvc
 sft` it (configs/sft_arith_tiny.yaml), then GRPO from its folder (configs/math_tiny_rl.yaml), for
 each training seed; and, as the control, the same wall time of further SFT from the SFT folder
-instead of RL. Writes benchmarks/results/validate_math.json: every command, the SFT curve per
-epoch, the RL curve per step, the final greedy test accuracies with standard errors, wall times,
-and whether the recipe's targets hold.
+instead of RL (at the SFT schedule's end learning rate, constant). Then, from the first seed's
+SFT folder, the RL stage with Dr. GRPO and with GSPO (same config and budget), and dynamic
+sampling off vs on for 40 steps. Writes benchmarks/results/validate_math.json: every command, the
+SFT curve per epoch, the RL curves (per step, and the test split every 50 steps), the final
+greedy test accuracies with standard errors, wall times, and whether the recipe's targets hold.
 
-    python scripts/validate_math.py                     # seeds 1,2; the control on seed 1 (make validate-math)
-    python scripts/validate_math.py --seeds 1 --no-control --out FILE --work DIR
+    python scripts/validate_math.py                     # seeds 1,2, each with the control, then the variants (make validate-math)
+    python scripts/validate_math.py --seeds 1 --no-control --no-variants --out FILE --work DIR
+    python scripts/validate_math.py --variants-only     # the variants from --work's first seed, into --out
 
 Targets: the SFT start has a greedy test accuracy of 15-70% that has stopped rising (its last
 epoch not above the best before it by more than one standard error); GRPO raises it by at least
@@ -29,13 +32,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "benchmarks" / "results" / "validate_math.json"
 SFT_CONFIG = "configs/sft_arith_tiny.yaml"
 RL_CONFIG = "configs/math_tiny_rl.yaml"
 # the recipe's data and model (docs/reasoning.md says why each)
-GENERATE = ["--level", "easy", "--max-start", "50", "--max-addend", "50"]
+GENERATE = ["--level", "easy", "--max-steps", "3", "--max-start", "50", "--max-addend", "50"]
 MODEL = ["--family", "qwen3", "--hidden-size", "128", "--layers", "2", "--heads", "4", "--kv-heads", "2", "--intermediate-size", "256"]
+# the control continues at the SFT schedule's end learning rate (lr x min_lr_ratio), constant
+_TRAINER = yaml.safe_load((REPO / SFT_CONFIG).read_text())["trainer"]
+CONTROL_LR = (
+    "trainer.lr_schedule=constant",
+    "trainer.warmup_steps=0",
+    f"trainer.lr={_TRAINER['lr'] * _TRAINER.get('min_lr_ratio', 1.0):g}",
+)
+LOSSES = ("dr_grpo", "gspo")  # beside GRPO, from the first seed's SFT folder
+DYNAMIC_STEPS = 40
+SHORT = ("eval.episodes=0", "eval.test_every_steps=0", f"run.steps={DYNAMIC_STEPS}")
 START = (0.15, 0.70)
 GAIN = 0.10
 LIMIT_MINUTES = 30.0
@@ -97,32 +112,56 @@ def history(result: dict[str, Any], key: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in sorted(client.get_metric_history(result["mlflow_run_id"], key), key=lambda m: m.step)]
 
 
-def rl(work: Path, seed: int, folder: str, data: Path, uri: str) -> dict[str, Any]:
-    """GRPO from the SFT folder; its command, wall time, per-step training curve and final greedy test accuracy."""
-    out = work / "rl"
+def rl(work: Path, seed: int, folder: str, data: Path, uri: str, name: str = "rl", extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """GRPO (or the loss `extra` names) from the SFT folder; its command, wall time, per-step
+    training curve, test-split curve (`eval.test_every_steps`) and final greedy test accuracy."""
+    out = work / name
     cmd = python(
         *("-m", "rlsvc.train", "--config", RL_CONFIG, f"model.path={folder}", f"run.seed={seed}", f"run.output_dir={out}"),
         *(f"env.data.train={data / 'train.jsonl'}", f"env.data.test={data / 'test.jsonl'}", f"tracking.tracking_uri={uri}"),
+        *extra,
     )
-    wall = run(cmd, work / "rl.log")
+    wall = run(cmd, work / f"{name}.log")
     [run_dir] = [p for p in out.iterdir() if p.is_dir() and p.name.startswith("math_tiny_rl")]
     result = json.loads((run_dir / "result.json").read_text())
-    final, n = result["eval"]["strict_accuracy"], int(result["eval"]["episodes"])
+    final, n = result["eval"].get("strict_accuracy"), int(result["eval"].get("episodes", 0))  # none with eval.episodes=0
     acc = dict(history(result, "strict_accuracy"))
     curve = [
         {"step": s, "train strict accuracy (T=1)": round(acc.get(s, float("nan")), 4), "mean return": round(v, 4)}
         for s, v in history(result, "return_mean")
     ]
+    test_se = dict(history(result, "eval/test/greedy_accuracy_stderr"))
+    test_curve = [
+        {"step": s, "greedy accuracy": round(v, 4), "stderr": round(test_se.get(s, float("nan")), 4)}
+        for s, v in history(result, "eval/test/greedy_accuracy")
+    ]
     return {
         "command": shlex.join(cmd),
         "wall_s": round(wall, 1),
         "steps": result["steps"],
+        "test_curve": test_curve,
+        **{f"{key} (mean a step)": mean(history(result, key)) for key in PER_STEP},
         "startup_s": round(result["startup_s"], 1),
         "accuracy": final,
-        "stderr": round(stderr(final, n), 4),
+        "stderr": round(stderr(final, n), 4) if final is not None else None,
         "problems": n,
         "curve": curve,
     }
+
+
+# per-step metrics whose mean over the steps the record keeps (dynamic sampling's effect)
+PER_STEP = (
+    "episodes_with_signal",
+    "episodes_trained",
+    "zero_variance_group_rate",
+    "dynamic/filtered_rate",
+    "dynamic/rounds",
+    "time/step_s",
+)
+
+
+def mean(points: list[tuple[int, float]]) -> float | None:
+    return round(sum(v for _, v in points) / len(points), 3) if points else None
 
 
 def plateaued(curve: list[dict[str, Any]]) -> bool:
@@ -154,7 +193,7 @@ def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict
     }
     if control:  # the RL stage's wall time spent on further SFT instead, whole epochs, from the same folder
         epochs = max(1, round(r["wall_s"] / (sum(s["epoch_s"]) / len(s["epoch_s"]))))
-        c = sft(work, "sft_more", seed, Path(s["folder"]), data, uri, (f"sft.epochs={epochs}",))
+        c = sft(work, "sft_more", seed, Path(s["folder"]), data, uri, (f"sft.epochs={epochs}", *CONTROL_LR))
         row["control"] = {**c, "accuracy": c["curve"][-1]["accuracy"], "stderr": c["curve"][-1]["stderr"]}
     row["met"] = bool(
         START[0] <= begin["accuracy"] <= START[1]
@@ -213,6 +252,60 @@ def rl_curves(seeds: list[dict[str, Any]], spans: int = 6) -> list[dict[str, Any
     return rows
 
 
+def test_row(r: dict[str, Any]) -> dict[str, Any]:
+    """An RL run's test-split curve as one row: greedy accuracy on the fixed 200 problems at each
+    evaluation's step, then the final checkpoint's on all 500 (+- one s.e.)."""
+    row: dict[str, Any] = {f"step {c['step']}": c["greedy accuracy"] for c in r["test_curve"]}
+    final = f"{r['accuracy']:.3f} +- {r['stderr']:.3f}" if r["accuracy"] is not None else "not run"
+    return {**row, "final (500)": final, "steps": r["steps"], "RL min": round(r["wall_s"] / 60, 1)}
+
+
+def rl_test_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per seed: the SFT start on the 500, then the RL run's test-split curve."""
+    return [{"seed": r["seed"], "SFT start (500)": f"{r['start_accuracy']:.3f}", **test_row(r["rl"])} for r in seeds]
+
+
+def variants(work: Path, seed: int, data: Path, uri: str, finished_only: bool = False) -> dict[str, Any]:
+    """From the seed's SFT folder: dynamic sampling off and on for `DYNAMIC_STEPS` steps, no
+    evaluations, and the RL stage again with each other loss (same config, steps and time
+    budget). `finished_only`: run nothing, take the stages an earlier run finished."""
+    folder = json.loads((work / "sft" / "result.json").read_text())["model_dir"]
+    stages = {f"rl_dynamic_{on}": (*SHORT, f"grpo.dynamic_sampling={on}") for on in ("false", "true")}
+    stages |= {f"rl_{loss}": (f"grpo.loss={loss}",) for loss in LOSSES}
+    runs = {
+        name: rl(work, seed, folder, data, uri, name, extra)
+        for name, extra in stages.items()
+        if not finished_only or (work / f"{name}.done").exists()
+    }
+    dynamic = {on: runs[f"rl_dynamic_{on}"] for on in ("false", "true") if f"rl_dynamic_{on}" in runs}
+    return {"seed": seed, "losses": {loss: runs[f"rl_{loss}"] for loss in LOSSES if f"rl_{loss}" in runs}, "dynamic_sampling": dynamic}
+
+
+def variant_tables(v: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The loss variants' test-split curves beside the same seed's GRPO, and dynamic sampling's
+    gradient-carrying episodes a step, off vs on."""
+    [grpo] = [r["rl"] for r in seeds if r["seed"] == v["seed"]]
+    runs = {"grpo": grpo, **v["losses"]}
+    rows = {name: test_row(r) for name, r in runs.items()}
+    steps = sorted({k for row in rows.values() for k in row if k.startswith("step ")}, key=lambda k: int(k.split()[1]))
+    # every row lists every evaluation step, in order (the runs' budgets bought different step counts)
+    losses = [
+        {"seed": v["seed"], "loss": name, **{k: row.get(k, "") for k in steps}, **{k: x for k, x in row.items() if k not in steps}}
+        for name, row in rows.items()
+    ]
+    keys = [f"{k} (mean a step)" for k in PER_STEP]
+    dynamic = [
+        {
+            "grpo.dynamic_sampling": on,
+            **{k.replace(" (mean a step)", ""): r[k] for k in keys},
+            "steps": r["steps"],
+            "RL min": round(r["wall_s"] / 60, 1),
+        }
+        for on, r in v["dynamic_sampling"].items()
+    ]
+    return {"loss_curves": losses, "dynamic_sampling": dynamic, "variants": v}
+
+
 def record(results: list[dict[str, Any]], generate: list[str], generate_s: float) -> dict[str, Any]:
     return {
         "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
@@ -223,6 +316,7 @@ def record(results: list[dict[str, Any]], generate: list[str], generate_s: float
         "summary": summary_rows(results),
         "sft_curves": sft_curves(results),
         "rl_curves": rl_curves(results),
+        "rl_test_curves": rl_test_curves(results),
         "seeds": results,
         "met": bool(results) and all(r["met"] for r in results),
     }
@@ -243,16 +337,26 @@ def main(argv: list[str] | None = None) -> int:
         "--work", type=Path, default=REPO / "runs" / "validate_math", help="data, checkpoints and logs (default runs/validate_math)"
     )
     p.add_argument("--out", type=Path, default=OUT, help=f"the results file (default {OUT.relative_to(REPO)})")
-    p.add_argument("--no-control", action="store_true", help="skip the further-SFT control (else run for the first seed)")
+    p.add_argument("--no-control", action="store_true", help="skip the further-SFT control (else run for every seed)")
     p.add_argument("--resume", action="store_true", help="keep --work's finished stages (after a failure) and run the rest")
     p.add_argument("--rerender", action="store_true", help="run nothing: rebuild --out's tables from the seeds it holds")
+    p.add_argument("--no-variants", action="store_true", help="skip Dr. GRPO, GSPO and dynamic sampling (else on the first seed)")
+    p.add_argument("--variants-only", action="store_true", help="only the variants, from --work's finished first seed, into --out")
+    p.add_argument("--finished-only", action="store_true", help="with --variants-only: run nothing, record the variants --work finished")
     args = p.parse_args(argv)
-    if args.rerender:
-        old = json.loads(args.out.read_text())
-        write(args.out, {**record(old["seeds"], [], 0.0), "measured": old["measured"], "generate": old["generate"]})
-        return 0
     seeds = [int(s) for s in args.seeds.split(",")]
     work = args.work.resolve()
+    if args.rerender or args.variants_only:
+        old = json.loads(args.out.read_text())
+        uri = f"sqlite:///{work / 'mlflow.db'}"
+        v = (
+            variants(work / f"seed{seeds[0]}", seeds[0], work / "data", uri, args.finished_only)
+            if args.variants_only
+            else old.get("variants")
+        )
+        rec = {**record(old["seeds"], [], 0.0), "measured": old["measured"], "generate": old["generate"]}
+        write(args.out, rec | (variant_tables(v, old["seeds"]) if v else {}))
+        return 0
     if work.exists() and any(work.iterdir()) and not args.resume:
         raise SystemExit(f"validate_math: --work {work} is not empty; remove it or name another")
     data = work / "data"
@@ -260,10 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     generate_s = run(generate, work / "generate.log")
     uri = f"sqlite:///{work / 'mlflow.db'}"
     results: list[dict[str, Any]] = []
-    for i, seed in enumerate(seeds):  # the file is rewritten after each seed: a cut-short run keeps what it measured
-        results.append(one_seed(work / f"seed{seed}", seed, data, uri, control=i == 0 and not args.no_control))
+    for seed in seeds:  # the file is rewritten after each seed: a cut-short run keeps what it measured
+        results.append(one_seed(work / f"seed{seed}", seed, data, uri, control=not args.no_control))
         write(args.out, record(results, generate, generate_s))
     rec = record(results, generate, generate_s)
+    if not args.no_variants:
+        rec |= variant_tables(variants(work / f"seed{seeds[0]}", seeds[0], data, uri), results)
+        write(args.out, rec)
     for row in rec["summary"]:
         print(row)
     print(f"met: {rec['met']}  ({args.out})")

@@ -72,6 +72,15 @@ def held_out_curves(live: Live) -> dict[str, Any] | None:
     return {"steps": steps, **curves, "last": {name: values[-1] for name, values in curves.items()}}
 
 
+def episodes_trained(steps: list[int], counts: list[float], after: int, upto: int) -> int:
+    """The episodes the steps after policy version `after` up to `upto` trained on, from the
+    per-step `episodes_trained` metric (steps, values as logged): a step dynamic sampling left
+    short (`dynamic/short`) or whose groups failed counts what it had, not B x G. A step logged
+    twice (replayed after a rewind to a checkpoint) counts once, as logged last."""
+    per_step = dict(zip(steps, counts, strict=True))
+    return int(sum(n for step, n in per_step.items() if after < step <= upto))
+
+
 def log_artifacts(live: Live, trained: Trained, checkpoint: Path) -> str | None:
     """The checkpoint, transcripts and reward curve as artifacts, and the same policy as an MLflow
     model (`tracking.log_model`): its input example is what the policy read last step, decoded
@@ -106,7 +115,8 @@ def finish(live: Live, trained: Trained) -> None:
     pool.shutdown(wait=False)  # the stop runs on; `close` waits for it
     result = evaluate(live, checkpoint)
     total_s = time.time() - job.started
-    episodes = (loop.version - trained.first_version) * cfg.grpo.groups_per_step * cfg.grpo.group_size
+    logged = tracker.history("episodes_trained")
+    episodes = episodes_trained(*logged, trained.first_version, loop.version)
     episodes_per_s = episodes / max(trained.train_s, 1e-9)
     # The fault counters again, at the last step: a recovery rewinds the step, so counts logged
     # after it sit below values logged before it, and MLflow's latest value is the one at the
@@ -135,7 +145,8 @@ def finish(live: Live, trained: Trained) -> None:
     }
     (folder.local / "result.json").write_text(json.dumps(record, indent=2))
     folder.sync()
-    summary(live.console, live, saved_version, trained.last, result, checkpoint, total_s, model_uri)
+    total_episodes = episodes_trained(*logged, 0, loop.version)
+    summary(live.console, live, saved_version, total_episodes, trained.last, result, checkpoint, total_s, model_uri)
 
 
 def close(job: JobRun) -> None:
@@ -155,13 +166,21 @@ def close(job: JobRun) -> None:
 
 
 def summary(
-    console: Console, live: Live, saved: int, last: dict, result: dict[str, Any], checkpoint: Path, total_s: float, model_uri: str | None
+    console: Console,
+    live: Live,
+    saved: int,
+    episodes: int,
+    last: dict,
+    result: dict[str, Any],
+    checkpoint: Path,
+    total_s: float,
+    model_uri: str | None,
 ) -> None:
-    cfg, version, tracker = live.cfg, live.loop.version, live.tracker
+    version, tracker = live.loop.version, live.tracker
     table = Table(title="rlsvc run summary", show_header=False)
     rows = [
         ("steps (policy version)", str(version)),
-        ("episodes trained on", str(version * cfg.grpo.groups_per_step * cfg.grpo.group_size)),
+        ("episodes trained on", str(episodes)),
         ("last train return", f"{last.get('return_mean', float('nan')):+.4f}"),
         ("saved policy version", str(saved)),
         *[(f"eval {k}", f"{v:+.4f}" if isinstance(v, float) else str(v)) for k, v in result.items()],

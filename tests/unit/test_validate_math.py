@@ -82,3 +82,40 @@ def test_both_configs_dry_run_on_the_recipes_data_and_checkpoint(recipe, tmp_pat
 def test_plateau_rule(accuracies, stopped) -> None:
     curve = [{"accuracy": a, "stderr": 0.02} for a in accuracies]
     assert script().plateaued(curve) is stopped
+
+
+def test_the_control_and_the_variants_overrides_are_valid_configs(recipe, tmp_path) -> None:
+    vm, data = recipe["module"], recipe["data"]
+    sft = load_sft_config(SFT, list(vm.CONTROL_LR))
+    base = load_sft_config(SFT)
+    assert sft.trainer.lr_schedule == "constant" and sft.trainer.warmup_steps == 0
+    assert sft.trainer.lr == pytest.approx(base.trainer.lr * base.trainer.min_lr_ratio)  # the schedule's end lr
+    rl = [f"model.path={recipe['start']}", f"env.data.train={data / 'train.jsonl'}", f"env.data.test={data / 'test.jsonl'}"]
+    for extra in [*([f"grpo.loss={loss}"] for loss in vm.LOSSES), [*vm.SHORT, "grpo.dynamic_sampling=true"]]:
+        assert train_main(["--config", str(RL), "--dry-run", *rl, f"run.output_dir={tmp_path}", *extra]) == 0
+
+
+def test_the_variant_tables_put_each_loss_beside_grpo() -> None:
+    vm = script()
+
+    def run(acc: float, signal: float) -> dict:
+        return {
+            "test_curve": [{"step": 0, "greedy accuracy": 0.4}, {"step": 50, "greedy accuracy": acc}],
+            "accuracy": acc,
+            "stderr": 0.02,
+            "steps": 50,
+            "wall_s": 120.0,
+            **{f"{k} (mean a step)": signal for k in vm.PER_STEP},
+        }
+
+    seeds = [{"seed": 1, "rl": run(0.5, 10.0)}]
+    v = {"seed": 1, "losses": {"dr_grpo": run(0.45, 0.0)}, "dynamic_sampling": {"false": run(0.0, 20.0), "true": run(0.0, 50.0)}}
+    tables = vm.variant_tables(v, seeds)
+    assert [(r["loss"], r["step 50"], r["final (500)"]) for r in tables["loss_curves"]] == [
+        ("grpo", 0.5, "0.500 +- 0.020"),
+        ("dr_grpo", 0.45, "0.450 +- 0.020"),
+    ]
+    assert [(r["grpo.dynamic_sampling"], r["episodes_with_signal"]) for r in tables["dynamic_sampling"]] == [
+        ("false", 20.0),
+        ("true", 50.0),
+    ]
