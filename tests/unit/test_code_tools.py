@@ -13,10 +13,10 @@ import pytest
 
 from rlsvc.models.hf_tokenizer import build_chat_tokenizer
 from rlsvc.problems.arithmetic import arithmetic_problem
-from rlsvc.rollout.runner import RolloutRunner
 from rlsvc.task import TaskError
 from rlsvc.tasks.code_tools import CodeToolsTask
 from rlsvc.tools.tiny import tool_tokenizer
+from tests.tool_play import play, sampled
 
 SEEDS = [300, 301]
 
@@ -55,30 +55,15 @@ class Scripted:
             else:
                 question = next(q for q in self.answers if q in text)
                 reply = _call(self.family, "python", code=self.code(self.answers[question]))
-            ids = list(self.tok.encode(reply, add_special_tokens=False)) + [self.tok.eos_token_id]
-            out.append({"token_ids": ids, "logprobs": [-0.5] * len(ids), "text": self.tok.decode(ids, skip_special_tokens=True)})
+            out.append(sampled(self.tok, reply))
         return out
 
 
-class Fleet:
-    def __init__(self, pool) -> None:
-        self.pool, self.num_slots = pool, pool.num_sessions
-
-    def reset(self, slots, seeds):
-        return self.pool.reset(slots, seeds)
-
-    def step(self, slots, actions):
-        return self.pool.step(slots, actions)
-
-
 def _play(tokenizer, generator):
-    from rlsvc.envs.in_process import InProcessPool
-
     task = CodeToolsTask(tasks="arithmetic", max_turns=3, exec_timeout_s=10)
     codec = task.make_codec(tokenizer, 4000)
-    with InProcessPool(2, spec=task.env_spec()) as pool:
-        runner = RolloutRunner(generator, Fleet(pool), codec, max_turns=3, context="episode")
-        return runner.collect([(g, s) for g, s in enumerate(SEEDS)], group_size=1, version=0, sample_seed=1), codec
+    episodes, _ = play(task, codec, generator, list(enumerate(SEEDS)), sessions=2, max_turns=3)
+    return episodes, codec
 
 
 def test_python_runs_in_the_session_and_submit_is_scored(family, tokenizer):

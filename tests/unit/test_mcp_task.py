@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from rlsvc.models.hf_tokenizer import build_chat_tokenizer
-from rlsvc.rollout.runner import RolloutRunner
 from rlsvc.task import TaskError
 from rlsvc.tools.mcp_task import McpToolTask
 from rlsvc.tools.tiny import tool_tokenizer
+from tests.tool_play import play, sampled
 
 SERVER = Path(__file__).resolve().parents[1] / "data" / "mcp_lookup_server.py"
 ROWS = [{"question": "What is the code of Paris?", "answer": "K7"}, {"question": "What is the code of Oslo?", "answer": "Z9"}]
@@ -74,31 +74,14 @@ class Scripted:
             else:
                 city = self.city or re.findall(r"code of (\w+)\?", text)[-1]
                 reply = "<tool_call>\n" + json.dumps({"name": "lookup", "arguments": {"city": city}}) + "\n</tool_call>"
-            ids = list(self.tok.encode(reply, add_special_tokens=False)) + [self.tok.eos_token_id]
-            out.append({"token_ids": ids, "logprobs": [-0.5] * len(ids), "text": self.tok.decode(ids, skip_special_tokens=True)})
+            out.append(sampled(self.tok, reply))
         return out
 
 
-class Fleet:
-    def __init__(self, pool) -> None:
-        self.pool, self.num_slots = pool, pool.num_sessions
-
-    def reset(self, slots, seeds):
-        return self.pool.reset(slots, seeds)
-
-    def step(self, slots, actions):
-        return self.pool.step(slots, actions)
-
-
 def _play(task, generator):
-    from rlsvc.envs.in_process import InProcessPool
-
     tokenizer = tool_tokenizer(build_chat_tokenizer("qwen3", 720), "qwen3")
-    codec = task.make_codec(tokenizer, 4000)
-    with InProcessPool(2, spec=task.env_spec()) as pool:
-        runner = RolloutRunner(generator(tokenizer), Fleet(pool), codec, max_turns=3, context="episode")
-        episodes = runner.collect([(0, 0), (1, 1)], group_size=1, version=0, sample_seed=1)
-        return episodes, tokenizer, pool.stats()
+    episodes, stats = play(task, task.make_codec(tokenizer, 4000), generator(tokenizer), [(0, 0), (1, 1)], sessions=2, max_turns=3)
+    return episodes, tokenizer, stats
 
 
 def test_the_servers_tools_are_listed_and_called_through_env_steps(server, problems):

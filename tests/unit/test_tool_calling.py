@@ -13,11 +13,11 @@ import re
 import pytest
 
 from rlsvc.models.hf_tokenizer import build_chat_tokenizer
-from rlsvc.rollout.runner import RolloutRunner
 from rlsvc.task import TaskError
 from rlsvc.tasks.calculator import CalculatorTask, calculate
 from rlsvc.tools.schema import ToolCall, check_call, check_tools, function
 from rlsvc.tools.tiny import tool_tokenizer
+from tests.tool_play import play, sampled
 
 PARAMS = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
 
@@ -90,29 +90,14 @@ class Scripted:
                 reply = self.bad if self.bad is not None else _call_text(self.family, f"{a}*{b}+{c}", self.compact)
             else:
                 reply = f"The answer is {(results[-1][0] or results[-1][1]).strip(chr(34))}."
-            ids = list(self.tok.encode(reply, add_special_tokens=False)) + [self.tok.eos_token_id]
-            out.append({"token_ids": ids, "logprobs": [-0.5] * len(ids), "text": self.tok.decode(ids, skip_special_tokens=True)})
+            out.append(sampled(self.tok, reply))
         return out
 
 
-class Fleet:
-    def __init__(self, pool) -> None:
-        self.pool, self.num_slots = pool, pool.num_sessions
-
-    def reset(self, slots, seeds):
-        return self.pool.reset(slots, seeds)
-
-    def step(self, slots, actions):
-        return self.pool.step(slots, actions)
-
-
 def _play(task, tokenizer, generator, groups=3):
-    from rlsvc.envs.in_process import InProcessPool
-
     codec = task.make_codec(tokenizer, 4000)
-    with InProcessPool(4, spec=task.env_spec()) as pool:
-        runner = RolloutRunner(generator, Fleet(pool), codec, max_turns=4, context="episode")
-        return runner.collect([(g, 100 + g) for g in range(groups)], group_size=2, version=0, sample_seed=1)
+    episodes, _ = play(task, codec, generator, [(g, 100 + g) for g in range(groups)], sessions=4, max_turns=4, group_size=2)
+    return episodes
 
 
 def test_tool_turns_extend_the_sampled_tokens_and_the_answer_uses_the_result(family, tokenizer):

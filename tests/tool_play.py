@@ -1,0 +1,37 @@
+"""Playing a tool-calling task's episodes without Ray or vLLM, for the unit tests of
+rlsvc/tools/ and the tool tasks: a scripted policy's reply as a rollout worker returns it, and
+an in-process env pool behind the rollout runner."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlsvc.rollout.runner import RolloutRunner
+
+
+def sampled(tokenizer: Any, reply: str) -> dict:
+    """`reply` as a rollout worker returns it: its tokens ending with eos, logprobs and text."""
+    ids = list(tokenizer.encode(reply, add_special_tokens=False)) + [tokenizer.eos_token_id]
+    return {"token_ids": ids, "logprobs": [-0.5] * len(ids), "text": tokenizer.decode(ids, skip_special_tokens=True)}
+
+
+class Fleet:
+    """The env fleet's interface over an in-process pool."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool, self.num_slots = pool, pool.num_sessions
+
+    def reset(self, slots, seeds):
+        return self.pool.reset(slots, seeds)
+
+    def step(self, slots, actions):
+        return self.pool.step(slots, actions)
+
+
+def play(task: Any, codec: Any, generator: Any, groups: list[tuple[int, int]], sessions: int, max_turns: int, group_size: int = 1):
+    """The episodes of `groups` ((group id, seed) pairs) and the pool's stats at the end."""
+    from rlsvc.envs.in_process import InProcessPool
+
+    with InProcessPool(sessions, spec=task.env_spec()) as pool:
+        runner = RolloutRunner(generator, Fleet(pool), codec, max_turns=max_turns, context="episode")
+        return runner.collect(groups, group_size=group_size, version=0, sample_seed=1), pool.stats()
