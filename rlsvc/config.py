@@ -806,6 +806,8 @@ class Config(Strict):
             raise ValueError("env.chat=true needs a chat model (model.source=hf); the built-in tokenizers have no chat template")
         if isinstance(self.env, ReasoningEnvConfig):
             _check_reasoning(self.env, self.model)
+        if self.model.lora.enabled:
+            _check_lora(self)
         if self.grpo.overlong_buffer and self.grpo.overlong_buffer > self.rollout.max_tokens:
             raise ValueError(
                 f"grpo.overlong_buffer ({self.grpo.overlong_buffer}) must be at most rollout.max_tokens ({self.rollout.max_tokens})"
@@ -813,6 +815,27 @@ class Config(Strict):
         if self.rollout.max_tokens >= self.model.seq_len:
             raise ValueError(f"rollout.max_tokens ({self.rollout.max_tokens}) must be below the model's max_seq_len ({self.model.seq_len})")
         return self
+
+
+LORA_TRANSPORTS = ("auto", "ray", "shm")
+"""The weight-sync transports that move LoRA adapters (rlsvc/cluster/weight_sync/__init__.py)."""
+
+
+def _check_lora(cfg: Config) -> None:
+    """What a job with `model.lora.enabled` needs: a pretrained base (the engines serve the
+    adapters on the checkpoint's own weights), a transport that moves adapters, and, with a KL
+    term in the asynchronous loop, one trainer rank (the base reference's logprobs are a
+    collective of the trainer ranks, asked from the scorer thread beside the trainer's step)."""
+    if cfg.model.source != "hf":
+        raise ValueError("model.lora.enabled needs model.source=hf: the rollout engines serve the adapters on the checkpoint's weights")
+    if cfg.weight_sync.type not in LORA_TRANSPORTS:
+        raise ValueError(
+            f"weight_sync.type={cfg.weight_sync.type} cannot move LoRA adapters (model.lora.enabled); use one of {', '.join(LORA_TRANSPORTS)}"
+        )
+    if cfg.rollout.asynchronous and cfg.grpo.kl_coef > 0 and cfg.trainer.num_ranks > 1:
+        raise ValueError(
+            "model.lora.enabled with grpo.kl_coef > 0 and rollout.asynchronous needs trainer.num_ranks=1 (the base reference runs on the trainer ranks)"
+        )
 
 
 def _check_reasoning(env: ReasoningEnvConfig, model: ModelConfig) -> None:

@@ -226,7 +226,13 @@ class GRPOLoop:
 
     def __post_init__(self) -> None:
         self.runner = RolloutRunner(
-            self.svc.generator, self.svc.fleet, self.codec, self.cfg.env.max_turns, self.cfg.rollout.context, self.cfg.rollout.slot_groups
+            self.svc.generator,
+            self.svc.fleet,
+            self.codec,
+            self.cfg.env.max_turns,
+            self.cfg.rollout.context,
+            self.cfg.rollout.slot_groups,
+            adapter_versions=self.cfg.model.lora.enabled,
         )
         self.allowed = self.codec.allowed_token_ids if self.cfg.rollout.constrained_actions else None
         self._sync: WeightSync | None = None

@@ -148,12 +148,20 @@ class RolloutWorker(_WeightSyncEndpoint):
         self.spec = spec
         freeze_startup_heap()  # vLLM's and torch's objects: not walked by every full GC pass
 
-    def generate(self, prompts: list[list[int]], seeds: list[int], greedy: bool = False, max_tokens: list[int] | None = None) -> list[dict]:
-        """`max_tokens`: a budget per prompt instead of the spec's one."""
+    def generate(
+        self,
+        prompts: list[list[int]],
+        seeds: list[int],
+        greedy: bool = False,
+        max_tokens: list[int] | None = None,
+        versions: list[int] | None = None,
+    ) -> list[dict]:
+        """`max_tokens`: a budget per prompt instead of the spec's one; `versions`: with LoRA, the
+        policy version whose adapter samples each prompt (default: the newest)."""
         sampling = self.spec.sampling(greedy)
         if max_tokens is not None:
             sampling["max_tokens"] = max_tokens
-        return self.engine.generate(prompts, seeds=seeds, **sampling)
+        return self.engine.generate(prompts, seeds=seeds, adapter_version=versions, **sampling)
 
     def update_weights(self, hf_state_dict: dict, version: int) -> dict[str, float | str]:
         return self.engine.update_weights(hf_state_dict, version)
@@ -279,6 +287,9 @@ class TrainerWorker(_WeightSyncEndpoint):
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
         self.trainer.load_hf_state_dict(sd)
 
+    def peft_adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        return self.trainer.peft_adapter_state_dict()
+
     def save_checkpoint(self, directory: str) -> None:
         self.trainer.save_checkpoint(directory)
 
@@ -287,6 +298,12 @@ class TrainerWorker(_WeightSyncEndpoint):
 
     def parameter_checksum(self) -> float:
         return self.trainer.parameter_checksum()
+
+    def base_logprobs(
+        self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """LoRA's reference: this rank's model with its adapters off (callers go through BaseReference)."""
+        return self.trainer.reference_logprobs(input_ids, allowed_token_ids, lengths)
 
     # the reference's endpoints (callers go through ReferenceModel)
     def reference_logprobs(

@@ -49,11 +49,21 @@ class RayGenerator:
         self.workers = workers
         self.greedy = greedy
 
-    def generate(self, prompts: list[list[int]], seeds: list[int]) -> list[dict]:
+    def generate(self, prompts: list[list[int]], seeds: list[int], versions: list[int] | None = None) -> list[dict]:
+        """`versions`: with LoRA, each prompt's policy version (its episode's adapter)."""
         n, k = len(prompts), len(self.workers)
         bounds = [round(i * n / k) for i in range(k + 1)]
+        part = {} if versions is None else {"versions": versions}
         refs = [
-            (i, w.generate.remote(prompts[bounds[i] : bounds[i + 1]], seeds[bounds[i] : bounds[i + 1]], self.greedy))
+            (
+                i,
+                w.generate.remote(
+                    prompts[bounds[i] : bounds[i + 1]],
+                    seeds[bounds[i] : bounds[i + 1]],
+                    self.greedy,
+                    **{k: v[bounds[i] : bounds[i + 1]] for k, v in part.items()},
+                ),
+            )
             for i, w in enumerate(self.workers)
             if bounds[i + 1] > bounds[i]
         ]

@@ -82,6 +82,10 @@ class TrainerGroup:
         """The full weights in Hugging Face layout (every rank takes part in the gather); rank 0's."""
         return get([t.hf_state_dict.remote() for t in self.ranks])[0]  # type: ignore[no-any-return]
 
+    def peft_adapter_state_dict(self) -> dict[str, torch.Tensor]:
+        """With LoRA, the adapters in PEFT's names (every rank takes part in the gather); rank 0's."""
+        return get([t.peft_adapter_state_dict.remote() for t in self.ranks])[0]  # type: ignore[no-any-return]
+
     def save_checkpoint(self, directory: str) -> None:
         """Model and optimiser, sharded: every rank writes its own shards."""
         get([t.save_checkpoint.remote(directory) for t in self.ranks])
@@ -100,6 +104,9 @@ class TrainerGroup:
 class ReferenceModel:
     """The frozen reference policy for the KL term, held by a TrainerWorker: trainer rank 0 (beside
     its trainer) or an actor of its own (`trainer.reference_actor`)."""
+
+    saves_weights = True
+    """Training checkpoints save its weights (LoRA's `BaseReference` has none of its own)."""
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
@@ -126,6 +133,37 @@ class ReferenceModel:
 
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         return get(self.actor.reference_hf_state_dict.remote())  # type: ignore[no-any-return]
+
+
+class BaseReference:
+    """LoRA's reference (`model.lora`): the trainer ranks' own model with its adapters off, so no
+    copy of the policy is built or checkpointed. Its logprobs are a collective over the ranks,
+    like `TrainerGroup.logprobs`; there are no weights of its own to set up or save."""
+
+    saves_weights = False
+
+    def __init__(self, ranks: list[Any]) -> None:
+        self.ranks = ranks
+
+    def setup(self, spec: TrainerSpec, hf_state_dict: dict | None) -> None:
+        """Nothing to build: the base is part of every rank's model."""
+
+    def start_setup(self, spec: TrainerSpec) -> None:
+        """Nothing to build, and no weights to give it after the warm start."""
+
+    def logprobs(
+        self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if input_ids.shape[0] < len(self.ranks):
+            return get([t.base_logprobs.remote(input_ids, allowed_token_ids, lengths) for t in self.ranks])[0]  # type: ignore[no-any-return]
+        rows = {"input_ids": input_ids} if lengths is None else {"input_ids": input_ids, "lengths": lengths}
+        shards = split_rows(rows, len(self.ranks))
+        return torch.cat(
+            get([t.base_logprobs.remote(s["input_ids"], allowed_token_ids, s.get("lengths")) for t, s in zip(self.ranks, shards)])
+        )
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        raise RuntimeError("LoRA's reference is the trainer's base model: it has no weights of its own")
 
 
 class ReplayBufferClient:

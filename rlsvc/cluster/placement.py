@@ -139,8 +139,9 @@ def actor_name(role: Role, index: int, count: int = 2) -> str:
 
 
 def reference_host(cfg: Config) -> Literal["actor", "rank0"] | None:
-    """Where the job's reference model lives (`trainer.reference_actor`); None: it has none."""
-    if cfg.grpo.kl_coef <= 0:
+    """Where the job's reference model lives (`trainer.reference_actor`); None: it has none of its
+    own (no KL term, or LoRA's, which is the trainer's base: `BaseReference`)."""
+    if cfg.grpo.kl_coef <= 0 or cfg.model.lora.enabled:
         return None
     own = cfg.trainer.reference_actor
     return "actor" if (cfg.rollout.asynchronous if own is None else own) else "rank0"

@@ -15,7 +15,7 @@ import ray
 from rlsvc.cluster.actors import BufferWorker, EnvWorker, RewardWorker, RolloutWorker, TrainerWorker, with_env
 from rlsvc.cluster.errors import get, translated
 from rlsvc.cluster.fleet import RayEnvFleet, RayGenerator
-from rlsvc.cluster.groups import ReferenceModel, ReplayBufferClient, RewardClient, TrainerGroup
+from rlsvc.cluster.groups import BaseReference, ReferenceModel, ReplayBufferClient, RewardClient, TrainerGroup
 from rlsvc.cluster.placement import Placement, Role, actor_name, reference_host
 from rlsvc.cluster.weight_sync import build_weight_sync
 from rlsvc.config import Config
@@ -47,6 +47,10 @@ class Services:
     """Starts the trainer ranks and the reference model afresh (set-up is the caller's)."""
     reference_in_rank0: bool = False
     """The reference model lives in trainer rank 0's process (`trainer.reference_actor`)."""
+    reference_is_base: bool = False
+    """LoRA with a KL term: the reference is the trainer ranks' base model (`BaseReference`)."""
+    lora_versions: int | None = None
+    """LoRA: the adapter versions each engine keeps (`buffer.max_staleness + 1`); None: full weights sync."""
 
     def all_actors(self) -> list[Any]:
         ref = [self.reference] if self.reference is not None else []
@@ -58,9 +62,11 @@ class Services:
         return TrainerGroup(self.trainers)
 
     @property
-    def reference_model(self) -> ReferenceModel | None:
+    def reference_model(self) -> ReferenceModel | BaseReference | None:
         """The reference policy for the KL term; None without one (grpo.kl_coef = 0). Follows
         `restart_policy_group`, like `trainer_group`."""
+        if self.reference_is_base:
+            return BaseReference(self.trainers)
         if self.reference is not None:
             return ReferenceModel(self.reference)
         return ReferenceModel(self.trainers[0]) if self.reference_in_rank0 else None
@@ -76,7 +82,7 @@ class Services:
     def weight_sync(self, kind: str, bucket_mb: int = 64, verify: bool = True) -> WeightSync:
         """A weight-sync transport from the current trainer ranks to the current rollout workers
         (build a new one after either set changes)."""
-        return build_weight_sync(kind, self.trainers, self.rollout, bucket_mb, verify)
+        return build_weight_sync(kind, self.trainers, self.rollout, bucket_mb, verify, self.lora_versions)
 
     def rewind_rollout(self, version: int) -> None:
         """Every rollout worker back to the weights it held at `version` (a checkpoint's)."""
@@ -210,4 +216,6 @@ def start_services(cfg: Config, placement: dict[Role, Placement], model_source: 
         make_rollout=make_rollout,
         make_policy_group=make_policy_group,
         reference_in_rank0=host == "rank0",
+        reference_is_base=cfg.model.lora.enabled and cfg.grpo.kl_coef > 0,
+        lora_versions=engine.lora_versions if engine.lora_rank is not None else None,
     )

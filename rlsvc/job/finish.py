@@ -16,7 +16,7 @@ from rich.table import Table
 from rlsvc.cluster.ray_setup import Connection
 from rlsvc.cluster.services import Services
 from rlsvc.evaluation.test_split import CURVES, PREFIX
-from rlsvc.job.model import save_final
+from rlsvc.job.model import ADAPTER, save_adapter, save_final
 from rlsvc.job.state import JobRun, Live, Trained
 from rlsvc.job.steps import validate
 from rlsvc.job.training_checkpoint import Best
@@ -92,7 +92,7 @@ def log_artifacts(live: Live, trained: Trained, checkpoint: Path) -> str | None:
         f"{live.cfg.run.name}: mean return per step",
         *tracker.history("eval/val_return"),
     )
-    for path in (checkpoint, run_dir / "transcripts.jsonl", curve, run_dir / "test_eval.jsonl"):
+    for path in (checkpoint, run_dir / ADAPTER, run_dir / "transcripts.jsonl", curve, run_dir / "test_eval.jsonl"):
         if path.exists():
             tracker.log_artifact(path, path.name if path.is_dir() else None)
     if not live.cfg.tracking.log_model:
@@ -107,6 +107,7 @@ def finish(live: Live, trained: Trained) -> None:
     job, cfg, loop, tracker = live.job, live.cfg, live.loop, live.tracker
     final, saved_version = final_weights(live, trained.best)
     checkpoint = save_final(cfg, live.model, final, saved_version, live.codec, live.folder.local / FINAL)
+    save_adapter(cfg, live.svc, live.model, live.codec, loop.version, live.folder.local / ADAPTER)  # LoRA: the last policy's
     # The actors' work is done: they close (engines, process groups) and give their CPUs and GPUs
     # back to the cluster while the driver evaluates and logs the saved policy. A cluster the job
     # started itself is shut down after them, meanwhile too: nothing below uses Ray.

@@ -63,5 +63,24 @@ def policy_files(cfg: Config, codec: TaskCodec, version: int) -> dict[str, str]:
     return {CHECKPOINT_META: json.dumps(policy_meta(cfg, codec, version), indent=2)}
 
 
+ADAPTER = "adapter"
+"""With LoRA: the run folder's PEFT adapter folder of the last policy (beside the merged `final/`)."""
+
+
+def save_adapter(cfg: Config, svc: Any, model: ModelSpec, codec: TaskCodec, version: int, folder: Path) -> Path | None:
+    """With LoRA, the policy's adapters as a PEFT folder (adapter_config.json,
+    adapter_model.safetensors) that `peft.PeftModel.from_pretrained` loads on the base checkpoint,
+    with rlsvc.json beside them; None without LoRA."""
+    from rlsvc.trainer.lora import LoraSettings, save_peft_adapter
+
+    settings = LoraSettings.from_config(cfg.model.lora)
+    if settings is None:
+        return None
+    saved = save_peft_adapter(folder, svc.trainer_group.peft_adapter_state_dict(), settings, str(getattr(model, "path", "")))
+    for name, text in policy_files(cfg, codec, version).items():
+        (saved / name).write_text(text)
+    return saved
+
+
 def save_final(cfg: Config, model: ModelSpec, state: dict, version: int, codec: TaskCodec, folder: Path) -> Path:
     return model.save(folder, state, extra_files=policy_files(cfg, codec, version))

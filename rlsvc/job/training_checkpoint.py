@@ -50,7 +50,8 @@ def save(
         svc.trainer_group.save_checkpoint(trainer_dir)  # every rank its shards, straight there
         reference = svc.reference_model
         if reference is not None:
-            save_file(reference.hf_state_dict(), str(folder / "reference.safetensors"))
+            if getattr(reference, "saves_weights", True):  # LoRA's reference is the trainer's base: nothing of its own
+                save_file(reference.hf_state_dict(), str(folder / "reference.safetensors"))
             save_file(loop.reference_cache.state_dict(), str(folder / "reference_cache.safetensors"))
         if best is not None:
             save_file(best.state, str(folder / "best.safetensors"))
@@ -91,7 +92,8 @@ def _restore(folder: Path, trainer_dir: str, state: dict, loop: Any, trainer_spe
     svc.trainer_group.load_checkpoint(trainer_dir)
     reference = svc.reference_model
     if reference is not None:
-        reference.setup(trainer_spec, load_file(str(folder / "reference.safetensors")))
+        if getattr(reference, "saves_weights", True):
+            reference.setup(trainer_spec, load_file(str(folder / "reference.safetensors")))
         cache = folder / "reference_cache.safetensors"
         if cache.is_file():  # a checkpoint written before the cache existed has none
             loop.reference_cache.load_state_dict(load_file(str(cache)))

@@ -32,7 +32,8 @@ class RolloutWorkerLost(RuntimeError):
 class Generator(Protocol):
     def generate(self, prompts: list[list[int]], seeds: list[int]) -> list[dict]:
         """One result per prompt: {"token_ids": [...], "logprobs": [...], "text": str}; raises
-        `RolloutWorkerLost` when workers died during the call (the loop replaces them)."""
+        `RolloutWorkerLost` when workers died during the call (the loop replaces them). A runner
+        with `adapter_versions` passes a third argument, each prompt's policy version."""
         ...
 
 
@@ -194,6 +195,9 @@ class RolloutRunner:
     # over the slot groups (with several groups they overlap, so they may add up to more than
     # the wall time); the rest is this loop's own work (prompt encoding, parsing, bookkeeping)
     last_timing: dict[str, float] = field(default_factory=dict)
+    adapter_versions: bool = False
+    """With LoRA: each generate call says which policy version samples each prompt (its
+    episode's `policy_version`, whose adapter the engines keep until it ends)."""
 
     def collect(self, group_seeds: Sequence[tuple[int, int]], group_size: int, version: int, sample_seed: int) -> list[Episode]:
         """Play `group_size` episodes from each (group_id, deal_seed); all of a group share the deal.
@@ -276,8 +280,9 @@ class RolloutRunner:
             done = [s for s in running if s not in live]  # out of room: cut by `_prompts`
             if live:
                 seeds = [running[s].seed_base + len(running[s].episode.prompts) * 100_003 for s in live]
+                versions = [[running[s].episode.policy_version for s in live]] if self.adapter_versions else []
                 with self._gate.shared():
-                    outs = self._timed("generate_s", self.generator.generate, prompts, seeds)
+                    outs = self._timed("generate_s", self.generator.generate, prompts, seeds, *versions)
                 to_step, actions = [], []
                 for s, prompt, out in zip(live, new_tokens, outs):
                     ep = running[s].episode

@@ -35,6 +35,10 @@ class EngineSpec:
     """Tokens sampled before an end-of-sequence may stop a completion."""
     allowed_token_ids: tuple[int, ...] | None = None
     """Constrained decoding: only these tokens may be sampled."""
+    lora_rank: int | None = None
+    """Serve LoRA adapters of this rank on the checkpoint (`model.lora`); None: full weights."""
+    lora_versions: int = 1
+    """Adapter versions an engine keeps registered (`buffer.max_staleness + 1`)."""
     keep_freed_memory: bool = True
     """The worker process keeps the memory it frees (rlsvc/malloc.py): each weight update's
     repacked linear weights reuse the pages the previous ones held instead of new mappings."""
@@ -56,11 +60,13 @@ class EngineSpec:
             max_tokens=r.max_tokens,
             allowed_token_ids=tuple(allowed_token_ids) if allowed_token_ids is not None else None,
             keep_freed_memory=r.keep_freed_memory,
+            lora_rank=cfg.model.lora.rank if cfg.model.lora.enabled else None,
+            lora_versions=cfg.buffer.max_staleness + 1,
         )
 
     def engine_kwargs(self) -> dict[str, Any]:
         """VLLMEngine's keyword arguments: everything but sampling and the worker process's own settings."""
-        skip = {*self.sampling(), "keep_freed_memory"}
+        skip = {*self.sampling(), "keep_freed_memory", *(("lora_rank", "lora_versions") if self.lora_rank is None else ())}
         return {k: v for k, v in asdict(self).items() if k not in skip}
 
     def sampling(self, greedy: bool = False) -> dict[str, Any]:

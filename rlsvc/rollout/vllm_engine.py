@@ -225,6 +225,13 @@ class AdapterVersions:
             del self.loaded[v]
         return old
 
+    def drop_from(self, version: int) -> list[int]:
+        """Forget `version` and every newer one (a job rewound to a checkpoint); returns them."""
+        gone = [v for v in self.loaded if v >= version]
+        for v in gone:
+            del self.loaded[v]
+        return gone
+
     def request(self, version: int | None) -> Any:
         """The request to sample `version` (None: the newest; none loaded yet: None, the base)."""
         if version is None:
@@ -273,6 +280,8 @@ class VLLMEngine:
         self._load_s = 0.0
         self._direct = False  # the pending update is written into shared weights by the trainer
         self._shared: tuple[torch.Tensor, Any] | None = None  # (shared weight file, copy plan)
+        self._adapter_tensors: dict[str, torch.Tensor] = {}  # a pending adapter version's tensors
+        self._adapter_root: Path | None = None  # this engine's adapter folders (tmpfs), made on first use
         # vLLM's reload only *logs* weights it did not receive; an RL step must not silently
         # keep stale tensors, so updates are checked against the checkpoint's names up front.
         self._expected_keys = _checkpoint_keys(model_dir)
@@ -329,7 +338,7 @@ class VLLMEngine:
         allowed_token_ids: list[int] | None = None,
         seed: int | None = None,
         seeds: list[int] | None = None,
-        adapter_version: int | None = None,
+        adapter_version: int | Sequence[int] | None = None,
     ) -> list[dict]:
         """Sample a continuation for every prompt in one batched call.
 
@@ -340,7 +349,8 @@ class VLLMEngine:
         same noise and hence the same sample. `seeds` gives each prompt its own seed instead.
         `max_tokens` may be one budget per prompt (each session's room left in its context);
         `min_tokens` is then capped at each prompt's budget. An engine serving LoRA samples from
-        the adapter of `adapter_version` (default: the newest loaded; none loaded: the base).
+        the adapter of `adapter_version` (default: the newest loaded; none loaded: the base), or
+        prompt i from the adapter of `adapter_version[i]` (each episode its own version's).
         """
         if self._pending is not None:
             raise RuntimeError(f"generate() during an unfinished weight update to version {self._pending.version}")
@@ -375,7 +385,14 @@ class VLLMEngine:
             )
             for i in range(len(prompts))
         ]
-        lora = self.adapters.request(adapter_version) if self.adapters is not None else None
+        lora: Any = None
+        if self.adapters is not None:
+            if isinstance(adapter_version, Sequence):
+                if len(adapter_version) != len(prompts):
+                    raise ValueError(f"{len(adapter_version)} adapter versions for {len(prompts)} prompts")
+                lora = [self.adapters.request(v) for v in adapter_version]
+            else:
+                lora = self.adapters.request(adapter_version)
         outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=lora)
         completions = [out.outputs[0] for out in outputs]
         texts = cast(Any, self.llm.get_tokenizer()).batch_decode(  # vLLM types it as its narrow TokenizerLike; it is an HF tokenizer
@@ -398,6 +415,7 @@ class VLLMEngine:
         # adapter itself, which may be one an in-flight episode still samples from
         for old in self.adapters.add(version, request):
             engine.remove_lora(old + 1)
+            self._remove_adapter_folder(old)
         engine.add_lora(request)
         self.version = version
         return {"time/adapter_load_s": time.perf_counter() - t0}
@@ -431,6 +449,10 @@ class VLLMEngine:
         """The job restarted from a checkpoint at `version`: the next update brings that
         version, which may be older than what the engine holds. Accept it (and nothing older)."""
         self.version = min(self.version, version - 1)
+        if self.adapters is not None:  # the adapters of the discarded versions go too
+            for v in self.adapters.drop_from(version):
+                self.llm.llm_engine.remove_lora(v + 1)
+                self._remove_adapter_folder(v)
 
     def begin_update(self, manifest: Manifest, direct: bool = False) -> None:
         """Check a new version before any live weight changes: it must be newer than what the
@@ -438,6 +460,13 @@ class VLLMEngine:
         newest) and it must carry every tensor of the checkpoint (vLLM only *logs* missing ones)."""
         if manifest.version <= self.version:
             raise ValueError(f"weight update to version {manifest.version} refused: engine already holds version {self.version}")
+        if manifest.adapter_config is not None or self.adapters is not None:
+            self._check_adapter(manifest)
+            if direct:
+                raise ValueError(f"weight update to version {manifest.version}: an adapter is registered, not written into shared weights")
+            self._pending, self._digest, self._load_s, self._direct = manifest, Digest(), 0.0, False
+            self._adapter_tensors = {}
+            return
         missing = self._expected_keys - {s.name for s in manifest.specs}
         if missing:
             raise ValueError(
@@ -459,7 +488,10 @@ class VLLMEngine:
                 yield name, tensor
 
         t0 = time.perf_counter()
-        self.llm.collective_rpc(_rpc_load_in_place, args=(hashed() if self._pending.digest else items,))
+        if self._pending.adapter_config is not None:  # an adapter: kept until the version is whole
+            self._adapter_tensors.update(hashed() if self._pending.digest else items)
+        else:
+            self.llm.collective_rpc(_rpc_load_in_place, args=(hashed() if self._pending.digest else items,))
         self._load_s += time.perf_counter() - t0
 
     def finish_update(self) -> dict[str, float | str]:
@@ -467,6 +499,8 @@ class VLLMEngine:
         manifest, digest = self._pending, self._digest
         if manifest is None or digest is None:
             raise RuntimeError("finish_update() without begin_update()")
+        if manifest.adapter_config is not None:
+            return self._finish_adapter(manifest, digest)
         t0 = time.perf_counter()
         self.llm.collective_rpc(_rpc_after_load)
         # Cached prefixes hold KV computed with the old weights; generate() is synchronous, so
@@ -487,6 +521,71 @@ class VLLMEngine:
             raise RuntimeError(f"weight update to version {manifest.version}: received digest {received} != published {manifest.digest}")
         self.version = manifest.version
         return {"load_s": self._load_s + time.perf_counter() - t0, "digest": received}
+
+    # ---- LoRA: a version is an adapter folder (tmpfs), registered beside the newest others ------
+
+    def _check_adapter(self, manifest: Manifest) -> None:
+        """An engine serving LoRA takes adapter versions only, and an adapter only such an engine."""
+        if self.adapters is None:
+            raise ValueError(f"weight update to version {manifest.version} is a LoRA adapter; this engine was started without LoRA")
+        if manifest.adapter_config is None:
+            raise ValueError(f"weight update to version {manifest.version} is full weights; this engine serves LoRA adapters on its base")
+        names = [s.name for s in manifest.specs]
+        if not names or any(".lora_A." not in n and ".lora_B." not in n for n in names):
+            raise ValueError(f"weight update to version {manifest.version}: not PEFT adapter tensors, e.g. {names[:2]}")
+
+    def _finish_adapter(self, manifest: Manifest, digest: Digest) -> dict[str, float | str]:
+        """Check the received adapter's digest, write its PEFT folder and register it."""
+        from rlsvc.trainer.lora import write_peft_folder
+
+        tensors, self._adapter_tensors = self._adapter_tensors, {}
+        self._pending = self._digest = None
+        t0 = time.perf_counter()
+        received = self._check_digest(manifest, digest)
+        assert manifest.adapter_config is not None, "an adapter version carries its config"
+        folder = write_peft_folder(self._adapter_folder(manifest.version), tensors, manifest.adapter_config)
+        self.load_adapter(str(folder), manifest.version)
+        return {"load_s": self._load_s + time.perf_counter() - t0, "digest": received}
+
+    def load_adapter_version(self, folder: str, manifest: Manifest) -> dict[str, float | str]:
+        """Register the PEFT folder another process wrote (the shared-memory transport) as
+        `manifest.version`, after checking its tensors against the manifest's digest."""
+        from safetensors.torch import load_file
+
+        t0 = time.perf_counter()
+        self.begin_update(manifest)
+        self._pending = self._digest = None
+        tensors = load_file(str(Path(folder) / "adapter_model.safetensors"))
+        digest = Digest()
+        if manifest.digest:
+            for s in manifest.specs:
+                digest.update(s.name, tensors[s.name])
+        received = self._check_digest(manifest, digest)
+        self.load_adapter(folder, manifest.version)
+        return {"load_s": time.perf_counter() - t0, "digest": received}
+
+    @staticmethod
+    def _check_digest(manifest: Manifest, digest: Digest) -> str:
+        received = digest.hexdigest() if manifest.digest else ""
+        if manifest.digest and received != manifest.digest:
+            raise RuntimeError(f"adapter update to version {manifest.version}: received digest {received} != published {manifest.digest}")
+        return received
+
+    def _adapter_folder(self, version: int) -> Path:
+        if self._adapter_root is None:
+            import tempfile
+
+            from rlsvc.weight_sync.shared_memory import SHM_DIR
+
+            self._adapter_root = Path(tempfile.mkdtemp(prefix="rlsvc-adapters-", dir=SHM_DIR))
+        return self._adapter_root / f"v{version:010d}"
+
+    def _remove_adapter_folder(self, version: int) -> None:
+        """A version's folder this engine wrote (one another process wrote is that one's)."""
+        if self._adapter_root is not None:
+            import shutil
+
+            shutil.rmtree(self._adapter_root / f"v{version:010d}", ignore_errors=True)
 
     def update_weights(self, hf_state_dict: dict[str, torch.Tensor], version: int, verify: bool = True) -> dict[str, float | str]:
         """One-shot update from a full HF-format state dict (tests, the local transport)."""
@@ -512,6 +611,10 @@ class VLLMEngine:
         if self._llm is None:
             return
         llm, self._llm = self._llm, None
+        if self._adapter_root is not None:
+            import shutil
+
+            shutil.rmtree(self._adapter_root, ignore_errors=True)
         # InprocClient.shutdown: executor/worker teardown, KV cache freed, and the
         # torch.distributed group vLLM created in this process destroyed.
         llm.llm_engine.engine_core.shutdown()

@@ -198,15 +198,26 @@ def peft_config(settings: LoraSettings, base_model: str) -> dict[str, Any]:
     return cfg.to_dict()
 
 
+def peft_config_json(settings: LoraSettings, base_model: str) -> dict[str, Any]:
+    """`peft_config` as JSON values (its sets as sorted lists): what adapter_config.json holds,
+    and what a weight-sync manifest carries to the engines."""
+    config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in peft_config(settings, base_model).items()}
+    return json.loads(json.dumps(config, default=str))  # type: ignore[no-any-return]
+
+
 def save_peft_adapter(folder: str | Path, tensors: dict[str, torch.Tensor], settings: LoraSettings, base_model: str) -> Path:
     """A PEFT adapter folder: adapter_config.json and adapter_model.safetensors, written atomically."""
+    return write_peft_folder(folder, tensors, peft_config_json(settings, base_model))
+
+
+def write_peft_folder(folder: str | Path, tensors: dict[str, torch.Tensor], config: dict[str, Any]) -> Path:
+    """`save_peft_adapter` with its adapter_config.json given (`peft_config_json`)."""
     from safetensors.torch import save_file
 
     from rlsvc.checkpoint import write_folder_atomically
 
     def write(tmp: Path) -> None:
-        config = {k: (sorted(v) if isinstance(v, set) else v) for k, v in peft_config(settings, base_model).items()}
-        (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2, default=str))
+        (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2))
         save_file(tensors, str(tmp / "adapter_model.safetensors"), metadata={"format": "pt"})
 
     return write_folder_atomically(Path(folder), write)

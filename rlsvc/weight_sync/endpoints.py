@@ -19,6 +19,10 @@ def open_endpoint(kind: str, side: str, owner: Any, *args: Any) -> Any:
         from rlsvc.weight_sync.shared_memory import ShmReceiver, ShmSender
 
         return (ShmSender if side == "trainer" else ShmReceiver)(owner, *args)
+    if kind == "shm_adapters":
+        from rlsvc.weight_sync.shm_adapters import ShmAdapterReceiver, ShmAdapterSender
+
+        return (ShmAdapterSender if side == "trainer" else ShmAdapterReceiver)(owner, *args)
     if kind == "monarch":
         from rlsvc.weight_sync.monarch_rdma import RdmaReceiver, RdmaSender
 

@@ -55,6 +55,9 @@ class Manifest:
     digest: str | None = None
     """`digest_tensors` of the published weights; the receiver recomputes it over what it loaded."""
     timings: dict[str, float] = field(default_factory=dict)
+    adapter_config: dict | None = None
+    """With LoRA (`model.lora`): the version is the policy's adapters only, in PEFT's names, and
+    this is their `adapter_config.json`; the engines register it as a LoRA adapter on their base."""
 
     @property
     def total_bytes(self) -> int:

@@ -38,14 +38,21 @@ class WeightPublisher:
         if self.manifest is not None and version <= self.manifest.version:
             raise ValueError(f"stage(version={version}): version {self.manifest.version} was already published")
         t0 = time.perf_counter()
-        # lazy: permuted q/k weights stay views (`raw`), written to their destination in one copy
-        tensors = self.trainer.hf_state_dict(copy=False, lazy_permute=lazy)
+        lora = getattr(self.trainer, "lora", None)
+        if lora is not None:  # the adapters only: the engines hold the frozen base already
+            tensors = self.trainer.peft_adapter_state_dict()
+        else:  # lazy: permuted q/k weights stay views (`raw`), written to their destination in one copy
+            tensors = self.trainer.hf_state_dict(copy=False, lazy_permute=lazy)
         t1 = time.perf_counter()
         if not self.is_source:
             return None
         self.manifest, self._tensors = None, tensors
         shapes = {k: torch.empty(hf_shape(v), dtype=v.dtype, device="meta") for k, v in tensors.items()}
         manifest = build_manifest(version, shapes, self.bucket_bytes)
+        if lora is not None:
+            from rlsvc.trainer.lora import peft_config_json
+
+            manifest.adapter_config = peft_config_json(lora, str(getattr(self.trainer.spec, "path", "")))
         if self.verify:
             manifest.digest = digest_tensors((s.name, self._hf(s.name)) for s in manifest.specs)
         manifest.timings = {"gather_s": t1 - t0, "digest_s": time.perf_counter() - t1}

@@ -21,7 +21,7 @@ from rlsvc.config import Config, load_config
 from rlsvc.train import gpu_refusal, local_gpu_count, main
 
 REPO = Path(__file__).resolve().parents[2]
-GPU_CONFIGS = ("blackjack_qwen2.5_1.5b", "blackjack_qwen3_1.7b", "code_qwen2.5_1.5b")
+GPU_CONFIGS = ("blackjack_qwen2.5_1.5b", "blackjack_qwen3_1.7b", "code_qwen2.5_1.5b", "blackjack_qwen2.5_1.5b_lora")
 GPU_OVERLAY = OVERLAYS["gpu-qwen2.5-1.5b"]
 REFUSAL = "rlsvc.train: this config reserves GPUs (rollout 1 x 1 GPU, trainer 2 x 1 GPU) and this machine has none; "
 

@@ -64,9 +64,49 @@ def test_bad_lora_settings_are_one_line_errors(override, message):
 
 def test_lora_is_off_by_default_and_reaches_the_trainer_spec():
     assert TrainerSpec.from_config(None, load_config(None, []), None).lora is None  # type: ignore[arg-type]
-    cfg = load_config(None, ["model.lora.enabled=true", "model.lora.rank=8", "model.lora.target_modules=[q_proj,down_proj]"])
+    cfg = load_config(None, [*HF, "model.lora.rank=8", "model.lora.target_modules=[q_proj,down_proj]"])
     spec = TrainerSpec.from_config(None, cfg, None)  # type: ignore[arg-type]
     assert spec.lora == LoraSettings(rank=8, alpha=32.0, dropout=0.0, targets=("q_proj", "down_proj"))
+
+
+HF = ["model.lora.enabled=true", "model.source=hf", "model.path=tiny:qwen3"]
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.lora.enabled=true"], "model.lora.enabled needs model.source=hf"),
+        (
+            [*HF, "weight_sync.type=broadcast"],
+            "weight_sync.type=broadcast cannot move LoRA adapters (model.lora.enabled); use one of auto, ray, shm",
+        ),
+        ([*HF, "weight_sync.type=monarch"], "weight_sync.type=monarch cannot move LoRA adapters"),
+        (
+            [*HF, "rollout.asynchronous=true", "grpo.kl_coef=0.1", "trainer.num_ranks=2"],
+            "grpo.kl_coef > 0 and rollout.asynchronous needs trainer.num_ranks=1",
+        ),
+    ],
+)
+def test_a_lora_job_refuses_what_it_cannot_run_before_any_cluster(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_lora_job_builds_no_reference_copy_and_its_engines_serve_adapters():
+    """The job's placement has no reference actor with LoRA (the reference is the trainer's base,
+    rlsvc/cluster/groups.py BaseReference); its engines start with LoRA for the rank, keeping
+    max_staleness + 1 versions."""
+    from rlsvc.cluster.placement import reference_host, role_counts
+    from rlsvc.rollout.spec import EngineSpec
+
+    full = load_config(None, ["grpo.kl_coef=0.1"])
+    lora = load_config(None, [*HF, "grpo.kl_coef=0.1", "rollout.asynchronous=true", "buffer.max_staleness=2", "model.lora.rank=24"])
+    assert reference_host(full) is not None and role_counts(full)["reference"] == int(reference_host(full) == "actor")
+    assert reference_host(lora) is None and role_counts(lora)["reference"] == 0
+    engine = EngineSpec.from_config(lora, None)
+    assert (engine.lora_rank, engine.lora_versions) == (24, 3)
+    assert engine.engine_kwargs()["lora_rank"] == 24 and EngineSpec.from_config(full, None).lora_rank is None
 
 
 def test_a_new_adapter_changes_nothing_and_only_adapters_train():
@@ -199,3 +239,18 @@ def test_adapter_versions_keep_the_newest_window():
     with pytest.raises(ValueError, match="adapter version 2 is not newer than the loaded 2"):
         slots.add(2, "again")
     assert slots.add(5, "r5") == [1] and sorted(slots.loaded) == [2, 5]
+
+
+def test_the_lora_gpu_config_needs_no_reference_gpu():
+    """configs/blackjack_qwen2.5_1.5b_lora.yaml is the full fine-tune's config with LoRA: the same
+    rollout and trainer GPUs, none for a reference (its dry-run plan against the GPU overlay:
+    tests/unit/test_gpu_configs.py)."""
+    from pathlib import Path
+
+    from rlsvc.cluster.placement import group_demand, planned, role_counts
+
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    full = load_config(configs / "blackjack_qwen2.5_1.5b.yaml", [])
+    lora = load_config(configs / "blackjack_qwen2.5_1.5b_lora.yaml", [])
+    assert lora.model.lora.enabled and lora.grpo.kl_coef > 0 and role_counts(lora)["reference"] == 0
+    assert group_demand(planned(lora))["gpu"][1] == group_demand(planned(full))["gpu"][1] - 1 == 3

@@ -16,6 +16,7 @@ RAY_FREE = [
     "rlsvc.weight_sync.monarch_rdma",
     "rlsvc.weight_sync.publisher",
     "rlsvc.weight_sync.shared_memory",
+    "rlsvc.weight_sync.shm_adapters",
     "rlsvc.weight_sync.torchstore",
 ]
 

@@ -20,7 +20,9 @@ from rlsvc.cluster.weight_sync.broadcast import BroadcastSync
 from rlsvc.cluster.weight_sync.monarch_rdma import MonarchSync
 from rlsvc.cluster.weight_sync.ray_object_store import RayObjectStoreSync
 from rlsvc.cluster.weight_sync.shared_memory import ShmSync
+from rlsvc.cluster.weight_sync.shm_adapters import ShmAdapterSync
 from rlsvc.cluster.weight_sync.torchstore import TorchStoreSync
+from rlsvc.config import LORA_TRANSPORTS
 from rlsvc.weight_sync.base import TRANSPORTS, WeightSync, choose_transport, unavailable_reason
 
 TRANSPORT_CLASSES: dict[str, type[RayWeightSync]] = {
@@ -34,11 +36,21 @@ TRANSPORT_CLASSES: dict[str, type[RayWeightSync]] = {
 
 
 @translated
-def build_weight_sync(kind: str, trainers: list[Any], rollout_workers: list[Any], bucket_mb: int = 64, verify: bool = True) -> WeightSync:
+def build_weight_sync(
+    kind: str, trainers: list[Any], rollout_workers: list[Any], bucket_mb: int = 64, verify: bool = True, lora_versions: int | None = None
+) -> WeightSync:
+    """`lora_versions`: with LoRA, the adapter versions each engine keeps (`buffer.max_staleness + 1`)."""
     if kind == "auto":
         nodes = ray.get([a.node_id.remote() for a in [trainers[0], *rollout_workers]])
         kind = choose_transport(nodes, monarch=unavailable_reason("monarch") is None)
-    sync = _transport_class(kind)(trainers, rollout_workers, bucket_bytes=bucket_mb << 20, verify=verify)
+        if lora_versions is not None and kind != "shm":
+            kind = "ray"
+    if lora_versions is not None and kind == "shm":
+        sync: WeightSync = ShmAdapterSync(trainers, rollout_workers, keep=lora_versions, bucket_bytes=bucket_mb << 20, verify=verify)
+    elif lora_versions is not None and kind != "ray":
+        raise ValueError(f"weight_sync.type={kind} cannot move LoRA adapters (model.lora.enabled); use one of {', '.join(LORA_TRANSPORTS)}")
+    else:
+        sync = _transport_class(kind)(trainers, rollout_workers, bucket_bytes=bucket_mb << 20, verify=verify)
     sync.kind = kind
     return sync
 

@@ -45,7 +45,12 @@ class RayObjectStoreSync(RayWeightSync):
         gen, _, manifest = self._stream(version)
         refs = list(gen)
         ray.wait(refs, num_returns=len(refs), fetch_local=False)
-        return Staged(manifest, refs, {"sync/gather_s": manifest.timings["gather_s"], "sync/stage_s": time.perf_counter() - t0})
+        timings = {
+            "sync/gather_s": manifest.timings["gather_s"],
+            "sync/stage_s": time.perf_counter() - t0,
+            "sync/bytes": float(manifest.total_bytes),
+        }
+        return Staged(manifest, refs, timings)
 
     @translated
     def apply(self, staged: Staged) -> dict[str, float]:
@@ -69,4 +74,5 @@ class RayObjectStoreSync(RayWeightSync):
             "sync/transfer_s": t_sent - t_gather,
             "sync/load_s": max(r["load_s"] for r in results),
             "sync/total_s": time.perf_counter() - t0,
+            "sync/bytes": float(manifest.total_bytes),
         }

@@ -38,7 +38,9 @@ class ShmSync(RayWeightSync):
 
     @translated
     def stage(self, version: int) -> Staged:
-        return self._stage_with(version, lambda: self.trainers[0].ws_snapshot.remote(), "pack")
+        staged = self._stage_with(version, lambda: self.trainers[0].ws_snapshot.remote(), "pack")
+        staged.timings["sync/bytes"] = float(staged.manifest.total_bytes)
+        return staged
 
     @translated
     def apply(self, staged: Staged) -> dict[str, float]:
@@ -50,4 +52,5 @@ class ShmSync(RayWeightSync):
         t0 = time.perf_counter()
         manifest = self._gather(version, lazy=True)
         out = self._write(manifest, from_snapshot=False)
-        return {"sync/gather_s": manifest.timings["gather_s"], **out, "sync/total_s": time.perf_counter() - t0}
+        total = {"sync/total_s": time.perf_counter() - t0, "sync/bytes": float(manifest.total_bytes)}
+        return {"sync/gather_s": manifest.timings["gather_s"], **out, **total}
