@@ -4,9 +4,18 @@ an in-process env pool behind the rollout runner."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from rlsvc.rollout.runner import RolloutRunner
+
+MCP_SERVER = Path(__file__).resolve().parent / "data" / "mcp_lookup_server.py"
 
 
 def sampled(tokenizer: Any, reply: str) -> dict:
@@ -35,3 +44,48 @@ def play(task: Any, codec: Any, generator: Any, groups: list[tuple[int, int]], s
     with InProcessPool(sessions, spec=task.env_spec()) as pool:
         runner = RolloutRunner(generator, Fleet(pool), codec, max_turns=max_turns, context="episode")
         return runner.collect(groups, group_size=group_size, version=0, sample_seed=1), pool.stats()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def mcp_server() -> Iterator[tuple[str, subprocess.Popen]]:
+    """tests/data/mcp_lookup_server.py on a free port of 127.0.0.1: (its MCP URL, the process),
+    stopped by its PID at the end."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(MCP_SERVER), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(600):  # until it listens (fastmcp's import takes seconds on a loaded machine)
+            if proc.poll() is not None:
+                raise RuntimeError(proc.stderr.read().decode() if proc.stderr else "the MCP server exited")
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/mcp", proc
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+CALCULATOR_WARM_STEPS = 60
+_calculator_folders: dict[str, tuple[Path, Any]] = {}
+
+
+def calculator_folder(family: str, tmp_path_factory: Any) -> tuple[Path, Any]:
+    """A tiny `family` folder warm-started on 60 x 8 demonstrated calculator episodes, and its
+    held-out parse rate: made once per test session, since the warm start is most of the time of
+    both tests that use it (tests/integration/test_tool_rollout.py plays it through vLLM,
+    tests/e2e/test_tool_training.py trains a job from it; neither writes into it)."""
+    if family not in _calculator_folders:
+        from rlsvc.tasks.calculator import CalculatorTask
+        from rlsvc.tools.warm_start import make_checkpoint
+
+        folder = tmp_path_factory.mktemp("tools") / family
+        _, rate = make_checkpoint(family, folder, CalculatorTask(), steps=CALCULATOR_WARM_STEPS, batch=8, lr=3e-3, held_out=16)
+        _calculator_folders[family] = (folder, rate)
+    return _calculator_folders[family]

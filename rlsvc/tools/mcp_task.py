@@ -3,8 +3,9 @@ and each call the policy makes is an MCP `tools/call` from the environment's ste
 
 `McpToolTask(url, problems)`: `url` is the server's streamable-HTTP endpoint (e.g.
 `http://127.0.0.1:8000/mcp`, a server written with `fastmcp` or the `mcp` SDK); `problems` a
-JSONL file of `{"question": ..., "answer": ...}` rows (reset with seed s deals row s mod N); the
-policy answers in a reply without calls, and the answer scores 1 when its last word (trimmed of
+JSONL file of `{"question": ..., "answer": ...}` rows (reset with seed s deals row s mod N;
+a row may also carry a demonstrated `"call": {"name": ..., "arguments": {...}}`, which the tool
+warm start, rlsvc/tools/warm_start.py, teaches with the row's answer after it); the policy answers in a reply without calls, and the answer scores 1 when its last word (trimmed of
 punctuation, any case) is the row's `answer`. The MCP client is `fastmcp`'s.
 
 - The tools are listed once per process, on first use (in the driver when the job checks the
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rlsvc.task import TaskError
+from rlsvc.tools.schema import ToolCall, ToolReply
 from rlsvc.tools.task import ToolServerLost, ToolTask
 
 T = TypeVar("T")
@@ -99,6 +101,14 @@ class McpToolTask(ToolTask):
 
     def call(self, problem: Any, name: str, arguments: dict[str, Any]) -> str:
         return run_sync(_call_tool(self.url, name, arguments, CALL_TIMEOUT_S))
+
+    def demonstration(self, problem: dict[str, Any]) -> ToolReply | None:
+        """The row's demonstrated call, if it has one."""
+        call = problem.get("call")
+        return ToolReply("", (ToolCall(call["name"], dict(call.get("arguments", {}))),)) if call else None
+
+    def final_answer(self, problem: dict[str, Any]) -> str | None:
+        return str(problem["answer"]) if problem.get("call") else None
 
     def score(self, problem: dict[str, Any], answer: str) -> float:
         words = answer.split()

@@ -22,7 +22,7 @@ from types import SimpleNamespace
 from typing import Any, ClassVar
 
 from rlsvc.envs.lazy import lazy_classes
-from rlsvc.task import EnvSpec, Task, TaskError
+from rlsvc.task import EnvSpec, Task, TaskError, outcome_rates
 from rlsvc.tools.schema import ToolReply
 
 
@@ -68,6 +68,14 @@ class ToolTask(Task):
     def score(self, problem: Any, answer: str) -> float:
         """The reward of the final answer."""
 
+    def metrics(self, episodes: list[Any]) -> dict[str, float]:
+        """The outcome rates, and how the tools were used: `tool_turns` (turns of tool results
+        per episode: every reply but an episode's last made calls that were run) and
+        `tool_episode_rate` (the share of episodes with at least one)."""
+        n = max(len(episodes), 1)
+        turns = [max(len(ep.responses) - 1, 0) for ep in episodes]
+        return {**outcome_rates(episodes, self.outcomes), "tool_turns": sum(turns) / n, "tool_episode_rate": sum(t > 0 for t in turns) / n}
+
     def outcome(self, problem: Any, reward: float) -> str:
         return "correct" if reward >= 1.0 else "wrong"
 
@@ -75,6 +83,12 @@ class ToolTask(Task):
         """A good first reply to `problem` (its calls): what the format warm start
         (`model.warm_start_steps`) teaches, written in the model family's call format. None
         (the default): the task has no warm start."""
+        return None
+
+    def final_answer(self, problem: Any) -> str | None:
+        """What a good policy answers once its demonstrated calls have returned: with
+        `demonstration`, a whole episode for the tool warm start (rlsvc/tools/warm_start.py).
+        None (the default): no such warm start."""
         return None
 
     def warm_start_examples(self, rng: random.Random, n: int) -> list[tuple[Any, Any]] | None:

@@ -9,11 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 
@@ -21,34 +16,15 @@ from rlsvc.models.hf_tokenizer import build_chat_tokenizer
 from rlsvc.task import TaskError
 from rlsvc.tools.mcp_task import McpToolTask
 from rlsvc.tools.tiny import tool_tokenizer
-from tests.tool_play import play, sampled
+from tests.tool_play import free_port, mcp_server, play, sampled
 
-SERVER = Path(__file__).resolve().parents[1] / "data" / "mcp_lookup_server.py"
 ROWS = [{"question": "What is the code of Paris?", "answer": "K7"}, {"question": "What is the code of Oslo?", "answer": "Z9"}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
 def server():
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, str(SERVER), str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        for _ in range(600):  # until it listens (fastmcp's import takes seconds on a loaded machine)
-            if proc.poll() is not None:
-                raise RuntimeError(proc.stderr.read().decode())
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}/mcp", proc
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with mcp_server() as served:
+        yield served
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +79,7 @@ def test_a_server_that_does_not_answer_is_one_line_before_any_cluster(problems):
     from rlsvc.config import load_config
     from rlsvc.train import task_for
 
-    url = f"http://127.0.0.1:{_free_port()}/mcp"
+    url = f"http://127.0.0.1:{free_port()}/mcp"
     cfg = load_config(
         None,
         [
@@ -130,3 +106,20 @@ def test_a_server_gone_mid_episode_fails_the_episode_not_the_policy(problems):
     ]
     episodes, _, stats = _play(task, Scripted)
     assert all(ep.failed and ep.outcome == "env_error" for ep in episodes) and stats["env_errors"] == 2
+
+
+def test_rows_with_a_demonstrated_call_give_whole_warm_start_episodes_through_the_server(server, tmp_path):
+    from rlsvc.tools.warm_start import episode_example
+
+    url, _ = server
+    rows = [{**ROWS[0], "call": {"name": "lookup", "arguments": {"city": "Paris"}}}, ROWS[1]]
+    path = tmp_path / "demonstrated.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    task = McpToolTask(url, str(path))
+    tokenizer = tool_tokenizer(build_chat_tokenizer("qwen3", 720), "qwen3")
+    example = episode_example(task, task.make_codec(tokenizer), task.problem(0))
+    text = tokenizer.decode(example.ids)
+    assert "<tool_response>\nK7\n</tool_response>" in text  # the server's result, by an MCP call
+    learned = tokenizer.decode([t for t, m in zip(example.ids, example.loss_mask) if m])
+    assert learned.startswith('<tool_call>\n{"name": "lookup", "arguments": {"city": "Paris"}}') and learned.endswith("K7<|im_end|>")
+    assert task.demonstration(task.problem(1)) is None and task.final_answer(task.problem(1)) is None

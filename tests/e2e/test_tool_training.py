@@ -1,0 +1,116 @@
+"""A tool-calling task trains through `python -m rlsvc.train`: real Ray, vLLM, TorchTitan, an
+OpenEnv environment and MLflow, on a tiny Qwen3 (hermes calls) and a tiny Llama 3 (JSON calls).
+
+Each job starts from a Hugging Face folder warm-started on whole demonstrated episodes
+(rlsvc/tools/warm_start.py, made in the test: its held-out greedy replies parse as calls), so
+episodes reach tool turns: the job logs `tool_turns`, `tool_episode_rate` and `invalid_rate`
+each step, and vLLM's logprobs of every sampled token, tool turns included, equal the
+trainer's (`logprob_mismatch`, the mean |trainer - vLLM| per token, on-policy steps).
+(The largest difference per token is checked against 1e-5 on the same folders in
+tests/integration/test_tool_rollout.py.)
+
+An MCP tool server written with `fastmcp` (tests/data/mcp_lookup_server.py, on 127.0.0.1) is
+trained against the same way: `McpToolTask` lists its tools through MCP, and the env actors'
+steps call them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+STEPS = 3
+JOB = [
+    f"run.steps={STEPS}",
+    "run.checkpoint_every=0",
+    "env.task=rlsvc.tasks.calculator:CalculatorTask",
+    "env.max_turns=3",
+    "env.sessions_per_actor=16",
+    "model.source=hf",
+    "model.max_seq_len=512",
+    "model.warm_start_steps=0",  # the folder is warm-started already, on whole episodes
+    "rollout.context=episode",
+    "rollout.max_tokens=48",
+    "grpo.groups_per_step=4",
+    "grpo.group_size=4",
+    "grpo.kl_coef=0.0",
+    "eval.every_steps=0",
+    "eval.episodes=0",
+]
+
+
+# Llama 3 only, for CI's time: the Qwen3 job (hermes calls) is the MCP one below, and Qwen3's
+# calculator tool turns go through vLLM in tests/integration/test_tool_rollout.py
+@pytest.fixture(scope="module", params=["llama"])
+def warm(request, tmp_path_factory):
+    from tests.tool_play import calculator_folder
+
+    folder, rate = calculator_folder(request.param, tmp_path_factory)
+    assert rate.parsed >= 0.8, rate
+    return folder
+
+
+def test_a_tool_calling_job_trains_and_takes_tool_turns(warm: Path, tmp_path: Path):
+    check_tool_job(tmp_path, warm, "calculator", JOB)
+
+
+def test_a_job_trains_against_an_mcp_server(tmp_path: Path):
+    from rlsvc.tools.mcp_task import McpToolTask
+    from rlsvc.tools.warm_start import make_checkpoint
+    from tests.tool_play import mcp_server
+
+    cities = {"Paris": "K7", "Lima": "Q2", "Oslo": "Z9", "Quito": "M4"}  # the server's table
+    # each city twice in a row: the warm start trains on even rows and measures on odd ones, and
+    # four questions leave none held out, so both halves hold every question
+    rows = [
+        {"question": f"What is the code of {c}?", "answer": a, "call": {"name": "lookup", "arguments": {"city": c}}}
+        for c, a in cities.items()
+        for _ in range(2)
+    ]
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with mcp_server() as (url, _):
+        _, rate = make_checkpoint("qwen3", tmp_path / "qwen3", McpToolTask(url, str(problems)), steps=80, batch=8, lr=3e-3, held_out=8)
+        assert rate.parsed >= 0.8, rate
+        mcp = ["env.task=rlsvc.tools.mcp_task:McpToolTask", f"env.options.url={url}", f"env.options.problems={problems}"]
+        check_tool_job(tmp_path, tmp_path / "qwen3", "mcp", [*JOB[:2], *mcp, *JOB[3:]])
+
+
+def check_tool_job(tmp_path: Path, folder: Path, name: str, overrides: list[str]) -> None:
+    """Run the job from `folder` and check what the module docstring says."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlsvc.train",
+        f"model.path={folder}",
+        f"run.output_dir={tmp_path / 'runs'}",
+        f"tracking.tracking_uri={uri}",
+    ]
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([*cmd, *overrides], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    result = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
+    assert result["steps"] == STEPS
+
+    client = MlflowClient(uri)
+    run = client.get_run(result["mlflow_run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["rlsvc.env"] == name
+    history = {
+        name: [m.value for m in client.get_metric_history(run.info.run_id, name)]
+        for name in ("tool_turns", "tool_episode_rate", "invalid_rate", "correct_rate", "logprob_mismatch", "loss")
+    }
+    print(f"\n[tools] {name}: {history}")
+    assert all(len(values) >= STEPS for values in history.values()), history
+    assert min(history["tool_turns"]) > 0 and max(history["tool_episode_rate"]) >= 0.5, history  # calls were run
+    assert all(0.0 <= v <= 1.0 for v in history["invalid_rate"])
+    assert max(history["logprob_mismatch"]) < 1e-5, history["logprob_mismatch"]
+    transcripts = [json.loads(line) for line in Path(result["checkpoint"]).parent.joinpath("transcripts.jsonl").read_text().splitlines()]
+    assert any(len(t["turns"]) >= 2 and t["turns"][1]["obs"].get("results") for t in transcripts)  # a tool's result was read
