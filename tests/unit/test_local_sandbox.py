@@ -20,6 +20,9 @@ import pytest
 from rlsvc.sandbox import LocalSandbox, LocalSession, SandboxLimits, SandboxResult
 from rlsvc.sandbox.local import ERROR_MARK, UID_BASE, UID_POOL, _error_line, signal_name
 
+# nothing left behind is checked machine-wide (sandbox uids, cgroups, temp folders): another
+# pytest-xdist worker's sandbox runs would look like leaks
+pytestmark = pytest.mark.alone
 TIMEOUT = 3.0
 REPO = Path(__file__).resolve().parents[2]
 SENTINEL = "rlsvc-sentinel-7f3a9c"
