@@ -342,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", type=Path, default=OUT, help=f"the results file (default {OUT.relative_to(REPO)})")
     p.add_argument("--no-control", action="store_true", help="skip the further-SFT control (else run for every seed)")
+    p.add_argument("--control-seeds", help="run the control for these seeds only, comma-separated (default: every seed)")
     p.add_argument("--resume", action="store_true", help="keep --work's finished stages (after a failure) and run the rest")
     p.add_argument("--rerender", action="store_true", help="run nothing: rebuild --out's tables from the seeds it holds")
     p.add_argument("--no-variants", action="store_true", help="skip Dr. GRPO, GSPO and dynamic sampling (else on the first seed)")
@@ -369,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     uri = f"sqlite:///{work / 'mlflow.db'}"
     results: list[dict[str, Any]] = []
     for seed in seeds:  # the file is rewritten after each seed: a cut-short run keeps what it measured
-        results.append(one_seed(work / f"seed{seed}", seed, data, uri, control=not args.no_control))
+        control = not args.no_control and (args.control_seeds is None or str(seed) in args.control_seeds.split(","))
+        results.append(one_seed(work / f"seed{seed}", seed, data, uri, control=control))
         write(args.out, record(results, generate, generate_s))
     rec = record(results, generate, generate_s)
     if not args.no_variants:

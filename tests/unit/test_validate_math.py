@@ -144,3 +144,18 @@ def test_the_sft_curves_are_one_list_per_run() -> None:
     rows = script().sft_curves([{"seed": 1, "sft": {"curve": curve}, "control": {"curve": curve[:1]}}])
     key = "greedy accuracy after each epoch (500 test)"
     assert [(r["run"], r["epochs"], r[key]) for r in rows] == [("SFT", 2, [0.1, 0.5]), ("further SFT (control)", 1, [0.1])]
+
+
+def test_control_seeds_picks_the_seeds_that_get_the_control(tmp_path, monkeypatch) -> None:
+    vm, controls = script(), {}
+
+    def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict:
+        controls[seed] = control
+        return {"seed": seed, "met": False}
+
+    monkeypatch.setattr(vm, "run", lambda cmd, log: 0.0)
+    monkeypatch.setattr(vm, "one_seed", one_seed)
+    monkeypatch.setattr(vm, "record", lambda results, generate, generate_s: {"summary": [], "met": False})
+    monkeypatch.setattr(vm, "write", lambda out, rec: None)
+    assert vm.main(["--seeds", "1,2", "--control-seeds", "1", "--no-variants", "--work", str(tmp_path / "w")]) == 1
+    assert controls == {1: True, 2: False}
