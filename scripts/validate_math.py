@@ -3,7 +3,7 @@ miniature recipe"): generate the arithmetic word problems (1,000 demonstrations 
 solutions, 5,000 train problems whose answers RL rewards, 500 test), make a tiny Qwen3 checkpoint,
 `rlsvc sft` it on the demonstrations (configs/sft_arith_tiny.yaml), then GRPO from its folder on
 the train problems (configs/math_tiny_rl.yaml), for each training seed; and, as the control, the
-same wall time of further SFT on the demonstrations from the SFT folder instead of RL (at the
+same training time of further SFT on the demonstrations from the SFT folder instead of RL (at the
 SFT schedule's end learning rate, constant; the train problems' worked solutions are not the
 control's to use: the setting is that only the demonstrations have them). Then, from the first seed's
 SFT folder, the RL stage with Dr. GRPO and with GSPO (same config and budget), and dynamic
@@ -146,6 +146,7 @@ def rl(work: Path, seed: int, folder: str, data: Path, uri: str, name: str = "rl
         "test_curve": test_curve,
         **{f"{key} (mean a step)": mean(history(result, key)) for key in PER_STEP},
         "startup_s": round(result["startup_s"], 1),
+        "train_s": round(result["train_s"], 1),
         "accuracy": final,
         "stderr": round(stderr(final, n), 4) if final is not None else None,
         "problems": n,
@@ -195,8 +196,10 @@ def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict
         "gain_stderr": round(math.hypot(r["stderr"], begin["stderr"]), 4),
         "sft_plus_rl_minutes": round((s["wall_s"] + r["wall_s"]) / 60, 2),
     }
-    if control:  # the RL stage's wall time spent on further SFT instead, whole epochs, from the same folder
-        epochs = max(1, round(r["wall_s"] / (sum(s["epoch_s"]) / len(s["epoch_s"]))))
+    if control:  # the RL stage's training time spent on further SFT instead, whole epochs, from the same folder
+        # (its steps and evaluations during training: not its start-up or its final 500-problem
+        # evaluation, one answer at a time, which took 20 minutes on the loaded machine)
+        epochs = max(1, round(r["train_s"] / (sum(s["epoch_s"]) / len(s["epoch_s"]))))
         c = sft(work, "sft_more", seed, Path(s["folder"]), data, uri, (f"sft.epochs={epochs}", *CONTROL_LR))
         row["control"] = {**c, "accuracy": c["curve"][-1]["accuracy"], "stderr": c["curve"][-1]["stderr"]}
     row["met"] = bool(
@@ -219,7 +222,7 @@ def summary_rows(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "SFT start (greedy, 500 test)": f"{r['start_accuracy']:.3f} +- {r['start_stderr']:.3f}",
                 "after GRPO": f"{r['rl']['accuracy']:.3f} +- {r['rl']['stderr']:.3f}",
                 "gain": f"{r['gain']:+.3f} +- {r['gain_stderr']:.3f}",
-                "further SFT instead (same wall time)": f"{c['accuracy']:.3f} +- {c['stderr']:.3f}" if c else "not run",
+                "further SFT instead (same training time)": f"{c['accuracy']:.3f} +- {c['stderr']:.3f}" if c else "not run",
                 "SFT min": round(r["sft"]["wall_s"] / 60, 1),
                 "RL min": round(r["rl"]["wall_s"] / 60, 1),
                 "GRPO steps": r["rl"]["steps"],

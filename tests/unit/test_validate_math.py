@@ -159,3 +159,19 @@ def test_control_seeds_picks_the_seeds_that_get_the_control(tmp_path, monkeypatc
     monkeypatch.setattr(vm, "write", lambda out, rec: None)
     assert vm.main(["--seeds", "1,2", "--control-seeds", "1", "--no-variants", "--work", str(tmp_path / "w")]) == 1
     assert controls == {1: True, 2: False}
+
+
+def test_the_control_fills_the_rl_stages_training_time_not_its_wall_time(tmp_path, monkeypatch) -> None:
+    vm, extras = script(), []
+    curve = [{"epoch": 1, "accuracy": 0.4, "stderr": 0.02}]
+
+    def sft(work: Path, name: str, seed: int, start: Path, data: Path, uri: str, extra: tuple[str, ...] = ()) -> dict:
+        extras.append(extra)
+        return {"wall_s": 20.0, "epoch_s": [10.0, 10.0], "curve": curve, "folder": "m"}
+
+    rl = {"wall_s": 1000.0, "train_s": 100.0, "accuracy": 0.5, "stderr": 0.02, "steps": 10}
+    monkeypatch.setattr(vm, "run", lambda cmd, log: 0.0)
+    monkeypatch.setattr(vm, "sft", sft)
+    monkeypatch.setattr(vm, "rl", lambda *args, **kwargs: rl)
+    row = vm.one_seed(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", control=True)
+    assert extras[1][0] == "sft.epochs=10" and row["control"]["accuracy"] == 0.4
