@@ -13,6 +13,13 @@ same calculation cannot land in both splits even under a different name or item.
 
     python -m rlsvc.reasoning.generate --out data/arith            # 5,000 train, 500 test
     python -m rlsvc.reasoning.generate --out DIR --level hard --parquet
+    python -m rlsvc.reasoning.generate --out DIR --demos 1000       # also demos.jsonl: 1,000 more
+
+`--demos N` models the usual reasoning-RL setting, where worked solutions are scarce and final
+answers cheap: `demos.jsonl` holds N further train-side problems (the first N the generator
+deals, then the train split's), which the supervised stage learns from, solutions included; RL
+learns from the train split, whose rewards need only the final answers. Demonstrations, train
+and test are pairwise disjoint.
 """
 
 from __future__ import annotations
@@ -192,7 +199,8 @@ def check_disjoint(train: list[dict[str, str]], test: list[dict[str, str]]) -> N
 
 
 def write(rows: dict[str, list[dict[str, str]]], out: Path, parquet: bool = False) -> list[Path]:
-    """`out/train.jsonl` and `out/test.jsonl` (and `.parquet` through `datasets` if asked)."""
+    """`out/<split>.jsonl` for each split (train, test, demos when asked), and `.parquet` through
+    `datasets` if asked."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for split, split_rows in rows.items():
@@ -221,6 +229,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-start", type=int, help="override the level's largest first count")
     p.add_argument("--max-addend", type=int, help="override the level's largest amount added or given away")
     p.add_argument("--parquet", action="store_true", help="also write train.parquet and test.parquet")
+    p.add_argument("--demos", type=int, help="also write demos.jsonl: N more problems, apart from train (a small demonstration set)")
     return p
 
 
@@ -233,8 +242,13 @@ def main(argv: list[str] | None = None) -> int:
         d = Difficulty(**{**base.__dict__, **overrides})
         if args.train < 1 or args.test < 1:
             raise ValueError("--train and --test: need at least one problem each")
-        rows = generate(args.train, args.test, args.seed, d)
+        if args.demos is not None and args.demos < 1:
+            raise ValueError(f"--demos: {args.demos}; need at least one problem")
+        demos = args.demos or 0
+        rows = generate(args.train + demos, args.test, args.seed, d)
         check_disjoint(rows["train"], rows["test"])
+        if demos:
+            rows = {"train": rows["train"][demos:], "test": rows["test"], "demos": rows["train"][:demos]}
     except ValueError as e:
         print(f"rlsvc.reasoning.generate: {e}", file=sys.stderr)
         return 2

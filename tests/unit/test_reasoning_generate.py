@@ -94,3 +94,17 @@ def test_cli_overrides_the_levels_number_ranges(tmp_path):
     wide = Difficulty(min_steps=2, max_steps=2, ops=("add", "sub"), max_start=50, max_addend=40, max_value=120)
     train = [json.loads(line) for line in (tmp_path / "train.jsonl").read_text().splitlines()]
     assert train == generate(60, 6, d=wide)["train"] != generate(60, 6, d=LEVELS["easy"])["train"]
+
+
+def test_cli_writes_demos_apart_from_train_and_test_and_refuses_none(tmp_path, capsys):
+    assert main(["--out", str(tmp_path), "--train", "30", "--test", "4", "--level", "easy", "--demos", "12"]) == 0
+    read = lambda name: [json.loads(line) for line in (tmp_path / name).read_text().splitlines()]  # noqa: E731
+    dealt = generate(42, 4, d=LEVELS["easy"])
+    assert read("demos.jsonl") == dealt["train"][:12] and read("train.jsonl") == dealt["train"][12:]
+    assert read("test.jsonl") == dealt["test"]
+    questions = [{r["question"] for r in read(f"{split}.jsonl")} for split in ("demos", "train", "test")]
+    assert [len(q) for q in questions] == [12, 30, 4] and not (questions[0] & questions[1] or questions[0] & questions[2])
+    capsys.readouterr()
+    assert main(["--out", str(tmp_path / "x"), "--train", "30", "--test", "4", "--demos", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--demos" in err and not (tmp_path / "x").exists()

@@ -67,10 +67,10 @@ def test_both_configs_dry_run_on_the_recipes_data_and_checkpoint(recipe, tmp_pat
     data = recipe["data"]
     common = [f"model.path={recipe['start']}"]
     assert (
-        sft_main(["--config", str(SFT), "--dry-run", *common, f"data.train={data / 'train.jsonl'}", f"data.test={data / 'test.jsonl'}"])
+        sft_main(["--config", str(SFT), "--dry-run", *common, f"data.train={data / 'demos.jsonl'}", f"data.test={data / 'test.jsonl'}"])
         == 0
     )
-    assert "# data: 400 train, 50 test problems" in capsys.readouterr().out
+    assert "# data: 1000 train, 50 test problems" in capsys.readouterr().out
     rl = [*common, f"env.data.train={data / 'train.jsonl'}", f"env.data.test={data / 'test.jsonl'}", f"run.output_dir={tmp_path}"]
     assert train_main(["--config", str(RL), "--dry-run", *rl]) == 0
 
@@ -119,3 +119,59 @@ def test_the_variant_tables_put_each_loss_beside_grpo() -> None:
         ("false", 20.0),
         ("true", 50.0),
     ]
+
+
+def test_sft_and_its_control_learn_the_demonstrations_and_rl_the_train_split(recipe, tmp_path, monkeypatch) -> None:
+    """SFT (and the further-SFT control) read the demonstrations, RL the train split's answers."""
+    vm, data = recipe["module"], recipe["data"]
+    assert load_sft_config(SFT).data.train == "data/arith/demos.jsonl" and load_config(RL).env.data.train.endswith("data/arith/train.jsonl")
+    commands: list[list[str]] = []
+
+    def run(cmd: list[str], log: Path) -> float:
+        commands.append(cmd)
+        (log.parent / "sft").mkdir(parents=True, exist_ok=True)
+        epoch = {"epoch": 1, "steps": 2, "loss": 0.5, "accuracy": 0.4, "stderr": 0.02, "train_s": 1.0, "eval_s": 1.0}
+        (log.parent / "sft" / "result.json").write_text(json.dumps({"epochs": [epoch], "model_dir": "m"}))
+        return 1.0
+
+    monkeypatch.setattr(vm, "run", run)
+    row = vm.sft(tmp_path, "sft", 1, recipe["start"], data, "sqlite:///x.db")
+    assert f"data.train={data / 'demos.jsonl'}" in commands[0] and row["curve"][0]["accuracy"] == 0.4
+
+
+def test_the_sft_curves_are_one_list_per_run() -> None:
+    curve = [{"epoch": e, "accuracy": a} for e, a in [(1, 0.1), (2, 0.5)]]
+    rows = script().sft_curves([{"seed": 1, "sft": {"curve": curve}, "control": {"curve": curve[:1]}}])
+    key = "greedy accuracy after each epoch (500 test)"
+    assert [(r["run"], r["epochs"], r[key]) for r in rows] == [("SFT", 2, [0.1, 0.5]), ("further SFT (control)", 1, [0.1])]
+
+
+def test_control_seeds_picks_the_seeds_that_get_the_control(tmp_path, monkeypatch) -> None:
+    vm, controls = script(), {}
+
+    def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict:
+        controls[seed] = control
+        return {"seed": seed, "met": False}
+
+    monkeypatch.setattr(vm, "run", lambda cmd, log: 0.0)
+    monkeypatch.setattr(vm, "one_seed", one_seed)
+    monkeypatch.setattr(vm, "record", lambda results, generate, generate_s: {"summary": [], "met": False})
+    monkeypatch.setattr(vm, "write", lambda out, rec: None)
+    assert vm.main(["--seeds", "1,2", "--control-seeds", "1", "--no-variants", "--work", str(tmp_path / "w")]) == 1
+    assert controls == {1: True, 2: False}
+
+
+def test_the_control_fills_the_rl_stages_training_time_not_its_wall_time(tmp_path, monkeypatch) -> None:
+    vm, extras = script(), []
+    curve = [{"epoch": 1, "accuracy": 0.4, "stderr": 0.02}]
+
+    def sft(work: Path, name: str, seed: int, start: Path, data: Path, uri: str, extra: tuple[str, ...] = ()) -> dict:
+        extras.append(extra)
+        return {"wall_s": 20.0, "epoch_s": [10.0, 10.0], "curve": curve, "folder": "m"}
+
+    rl = {"wall_s": 1000.0, "train_s": 100.0, "accuracy": 0.5, "stderr": 0.02, "steps": 10}
+    monkeypatch.setattr(vm, "run", lambda cmd, log: 0.0)
+    monkeypatch.setattr(vm, "sft", sft)
+    monkeypatch.setattr(vm, "rl", lambda *args, **kwargs: rl)
+    row = vm.one_seed(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", control=True)
+    assert extras[1][0] == "sft.epochs=10" and row["control"]["accuracy"] == 0.4
