@@ -39,7 +39,6 @@ def train(tmp_path: Path, uri: str, *overrides: str, env_extra: dict | None = No
         f"run.steps={STEPS}",
         f"run.output_dir={tmp_path / 'runs'}",
         f"tracking.tracking_uri={uri}",
-        "cluster.include_dashboard=false",  # nobody watches: Ray's dashboard is tested in test_operator_views.py
         *overrides,
     ]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 def test_an_actor_that_dies_at_every_start_stops_the_job_within_its_budget(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [sys.executable, "-m", "rlsvc.train", "run.steps=3", "faults.crash_on_start=reward", "faults.max_actor_restarts=2"]
-    cmd += [f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", "eval.episodes=0", "cluster.include_dashboard=false"]
+    cmd += [f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", "eval.episodes=0"]
     out = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=900)
     assert out.returncode == 1, (out.stdout + out.stderr)[-4000:]
     [line] = [ln for ln in out.stderr.splitlines() if ln.startswith("rlsvc.train: stopped:")]

@@ -66,7 +66,6 @@ def test_a_grpo_job_on_a_pretrained_checkpoint(family: str, task: str, tmp_path:
         f"model.path=tiny:{family}",
         f"run.output_dir={tmp_path / 'runs'}",
         f"tracking.tracking_uri={uri}",
-        "cluster.include_dashboard=false",  # nobody watches: Ray's dashboard is tested in test_operator_views.py
         *COMMON,
         *TASKS[task],
     ]

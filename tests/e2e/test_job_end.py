@@ -41,7 +41,6 @@ def test_actors_stop_while_the_saved_policy_is_evaluated(tmp_path):
         f"run.output_dir={tmp_path / 'runs'}",
         f"tracking.tracking_uri={uri}",
         "tracking.log_model=false",
-        "cluster.include_dashboard=false",  # nobody watches: Ray's dashboard is tested in test_operator_views.py
     ]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]

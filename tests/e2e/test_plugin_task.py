@@ -53,7 +53,7 @@ def train(tmp_path: Path, pythonpath: list[str], *overrides: str) -> tuple[dict,
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.pathsep.join([str(REPO), *pythonpath])}
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [sys.executable, "-m", "rlsvc.train", "--config", str(EXAMPLE / "qa_tiny.yaml"), f"run.steps={STEPS}"]
-    cmd += [f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", "cluster.include_dashboard=false", *overrides]
+    cmd += [f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", *overrides]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     return json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text()), uri, env

@@ -46,7 +46,6 @@ def test_the_test_split_is_evaluated_through_the_engines_during_training(tmp_pat
         *(sys.executable, "-m", "rlsvc.train", "--config", str(REPO / "configs/math_tiny.yaml")),
         *("env.data.train=train.jsonl", "env.data.test=test.jsonl"),
         *(f"run.steps={STEPS}", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", "eval.episodes=8"),
-        "cluster.include_dashboard=false",  # nobody watches: Ray's dashboard is tested in test_operator_views.py
         *(f"eval.test_every_steps={EVERY}", f"eval.test_samples={K}", f"rollout.asynchronous={str(asynchronous).lower()}"),
         *(["eval.select_on_test=true"] if asynchronous else []),
     ]

@@ -48,7 +48,6 @@ def test_the_default_job_trains_against_a_server_that_is_killed_and_restarted(st
         f"run.output_dir={tmp_path / 'runs'}",
         f"tracking.tracking_uri={uri}",
         "tracking.experiment=remote",
-        "cluster.include_dashboard=false",  # nobody watches: Ray's dashboard is tested in test_operator_views.py
     ]
     log = (tmp_path / "job.log").open("w")
     job = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"}, stdout=log, stderr=subprocess.STDOUT)
