@@ -749,9 +749,11 @@ class ClusterConfig(Strict):
     line naming the actor, instead of waiting forever."""
     include_dashboard: bool = True
     """A local cluster starts Ray's web dashboard (http://127.0.0.1:8265: actors, logs, metrics).
-    Off, Ray keeps only its headless part (the state API and job server) and starts none of the
-    dashboard's modules, each a process of its own, nor waits for them: for jobs nobody watches
-    (the benchmarks that time training only). A joined cluster has its own."""
+    Off, Ray keeps only its headless part and starts none of the dashboard's modules, each a
+    process of its own, nor waits for them: for jobs nobody watches (the benchmarks that time
+    training only). Its state API (`ray list actors`) is one of those modules, so the restarts
+    Ray makes of env, reward and buffer actors are then not counted against `faults.*`: an actor
+    that dies at every start is retried for ever. A joined cluster has its own."""
     metrics_export_port: int | None = Field(None, ge=1, le=65535)
     """Port of a local cluster's Prometheus endpoint (`http://127.0.0.1:PORT/metrics`, the rlsvc_*
     metrics); default: one Ray picks. A joined cluster has its own (`ray start --metrics-export-port`)."""
