@@ -46,6 +46,19 @@ def play(task: Any, codec: Any, generator: Any, groups: list[tuple[int, int]], s
         return runner.collect(groups, group_size=group_size, version=0, sample_seed=1), pool.stats()
 
 
+class Recording:
+    """The runner's generator over a VLLMEngine, keeping every (prompt, result) it served: what
+    the token-in/token-out tests check the episodes against."""
+
+    def __init__(self, engine: Any, max_tokens: int) -> None:
+        self.engine, self.max_tokens, self.calls = engine, max_tokens, []
+
+    def generate(self, prompts: Any, seeds: Any) -> Any:
+        outs = self.engine.generate(prompts, seeds=seeds, temperature=1.0, max_tokens=self.max_tokens)
+        self.calls += list(zip([list(p) for p in prompts], outs))
+        return outs
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -23,22 +23,12 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 import pytest
 import torch
 
+from tests.tool_play import Recording  # noqa: E402 - after the environment above
+
 pytestmark = pytest.mark.integration
 
 MAX_SEQ_LEN = 512
 MAX_TOKENS = 12
-
-
-class Recording:
-    """The runner's generator over a VLLMEngine, keeping every (prompt, result) it served."""
-
-    def __init__(self, engine, max_tokens: int) -> None:
-        self.engine, self.max_tokens, self.calls = engine, max_tokens, []
-
-    def generate(self, prompts, seeds):
-        outs = self.engine.generate(prompts, seeds=seeds, temperature=1.0, max_tokens=self.max_tokens)
-        self.calls += list(zip([list(p) for p in prompts], outs))
-        return outs
 
 
 class PoolFleet:
