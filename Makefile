@@ -66,7 +66,7 @@ run: install
 # other worker would disturb: they run with the second. Both runs happen even when the first fails.
 test: install crds prometheus chromium lint
 	$(BIN)/python -m pytest tests -m "not integration and not e2e and not alone" -n 2 --durations=10; unit=$$?; \
-	$(BIN)/python -m pytest tests -m "alone or integration or e2e" --durations=25 && exit $$unit
+	$(BIN)/python -m pytest tests -m "alone or integration or e2e" --durations=0 --durations-min=5 && exit $$unit
 
 test-fast: install
 	$(BIN)/python -m pytest tests -m "not integration and not e2e"
