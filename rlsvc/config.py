@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from rlsvc.reasoning.answers import INSTRUCTIONS, AnswerFormat  # standard library only
 
@@ -760,6 +760,27 @@ class ClusterConfig(Strict):
 
     def resolved_address(self) -> str | None:
         return self.address or os.environ.get("RAY_ADDRESS") or None
+
+
+class EndpointConfig(Strict):
+    """The OpenAI-compatible endpoint for black-box agents (rlsvc/serve/, docs/agents.md)."""
+
+    host: str = "127.0.0.1"
+    """Address it listens on; anything but a loopback address needs `api_key`."""
+    port: int = Field(0, ge=0, le=65535)
+    """Port it listens on; 0: a free one (the endpoint says which when it starts)."""
+    api_key: SecretStr | None = None
+    """The key agents send as `Authorization: Bearer <key>` (the OpenAI client's `api_key`);
+    required when `host` is not a loopback address, optional on one. Never logged nor written
+    with the resolved config (it shows as `**********`)."""
+    max_batch: int = Field(64, ge=1)
+    """Most waiting requests served by one generate call."""
+
+    @model_validator(mode="after")
+    def _key_off_loopback(self) -> EndpointConfig:
+        if self.host not in ("127.0.0.1", "localhost", "::1") and self.api_key is None:
+            raise ValueError(f"endpoint.api_key: required when endpoint.host is not a loopback address (got {self.host!r})")
+        return self
 
 
 class Config(Strict):
