@@ -9,5 +9,6 @@ policy version are recorded as the engine produced them, and the episode trains 
   assistant message (calls parsed by vLLM's tool parser);
 - `batcher.py`: concurrent requests into one generate call;
 - `endpoint.py`: the plain class that ties them (open, chat, end, finished episodes);
-- `http.py`: the FastAPI app and its uvicorn server (127.0.0.1 by default, an API key elsewhere).
+- `http.py`: the FastAPI app and its uvicorn server (127.0.0.1 by default, an API key elsewhere);
+- `task.py` and `loop.py`: a job trained on the agents' episodes (`env.type=endpoint`).
 """

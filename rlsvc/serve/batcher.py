@@ -27,6 +27,8 @@ class Batcher:
         self.generator, self.version, self.max_batch = generator, version, max_batch
         self.between_calls = between_calls
         self.calls = 0
+        self.lock = threading.Lock()
+        """Held through each generate call: whoever holds it (a weight sync) has the engines alone."""
         """Generate calls made (each with every request that was waiting)."""
         self._queue: queue.Queue[tuple[list[int], int, Future] | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="rlsvc-endpoint-batcher", daemon=True)
@@ -60,11 +62,12 @@ class Batcher:
 
     def _serve(self, batch: list[tuple[list[int], int, Future]]) -> None:
         try:
-            if self.between_calls is not None:
-                self.between_calls()
-            version = self.version()
-            outs = self.generator.generate([p for p, _, _ in batch], [s for _, s, _ in batch])
-            self.calls += 1
+            with self.lock:
+                if self.between_calls is not None:
+                    self.between_calls()
+                version = self.version()
+                outs = self.generator.generate([p for p, _, _ in batch], [s for _, s, _ in batch])
+                self.calls += 1
         except BaseException as err:  # every waiting request fails with the engine's error
             for _, _, future in batch:
                 future.set_exception(err)

@@ -23,7 +23,7 @@ from rlsvc.serve.http import serve
 from rlsvc.tools.schema import function
 from rlsvc.tools.tiny import tool_tokenizer
 from rlsvc.trainer.batch import build_batch
-from tests.tool_play import sampled
+from tests.tool_play import ScriptedCalculator as Scripted
 
 TOOLS = [
     function(
@@ -43,27 +43,6 @@ def family(request):
 @pytest.fixture(scope="module")
 def tokenizer(family):
     return tool_tokenizer(build_chat_tokenizer(family, 720), family)
-
-
-class Scripted:
-    """Calls `calculate` until its prompt holds a tool result, then answers; keeps every prompt
-    and result it served."""
-
-    def __init__(self, family: str, tokenizer) -> None:
-        self.family, self.tok, self.served = family, tokenizer, []
-
-    def generate(self, prompts, seeds):
-        outs = []
-        for p in prompts:
-            if "5" in self.tok.decode(p).split("2 + 3")[-1]:  # the tool's result came back
-                reply = "The answer is 5."
-            elif self.family == "qwen3":
-                reply = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "2+3"}}\n</tool_call>'
-            else:
-                reply = '{"name": "calculate", "parameters": {"expression": "2+3"}}'
-            outs.append(sampled(self.tok, reply))
-            self.served.append((list(p), outs[-1]))
-        return outs
 
 
 @pytest.fixture
@@ -166,7 +145,7 @@ def test_unknown_ended_and_bad_requests_are_http_errors(running):
 
 
 def test_an_api_key_is_required_off_loopback_and_checked_when_set(family, tokenizer):
-    with pytest.raises(ValidationError, match="endpoint.api_key: required when endpoint.host is not a loopback address"):
+    with pytest.raises(ValidationError, match="api_key is required when host is not a loopback address"):
         EndpointConfig(host="0.0.0.0")
     config = EndpointConfig(api_key="s3cret")
     assert "s3cret" not in repr(config) and "s3cret" not in config.model_dump_json()
