@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from rlsvc.reasoning.answers import INSTRUCTIONS, AnswerFormat  # standard library only
 
@@ -461,7 +461,45 @@ class PluginEnvConfig(EnvBase):
     """Keyword arguments for the task's factory (the task validates them)."""
 
 
-EnvConfig = Annotated[BlackjackEnvConfig | CodeEnvConfig | ReasoningEnvConfig | PluginEnvConfig, Field(discriminator="type")]
+class EndpointConfig(Strict):
+    """The OpenAI-compatible endpoint for black-box agents (rlsvc/serve/, docs/agents.md)."""
+
+    host: str = "127.0.0.1"
+    """Address it listens on; anything but a loopback address needs `api_key`."""
+    port: int = Field(0, ge=0, le=65535)
+    """Port it listens on; 0: a free one (the endpoint says which when it starts)."""
+    api_key: SecretStr | None = None
+    """The key agents send as `Authorization: Bearer <key>` (the OpenAI client's `api_key`);
+    required when `host` is not a loopback address, optional on one. Never logged nor written
+    with the resolved config (it shows as `**********`)."""
+    max_batch: int = Field(64, ge=1)
+    """Most waiting requests served by one generate call."""
+
+    @model_validator(mode="after")
+    def _key_off_loopback(self) -> EndpointConfig:
+        if self.host not in ("127.0.0.1", "localhost", "::1") and self.api_key is None:
+            raise ValueError(f"api_key is required when host is not a loopback address (got {self.host!r})")
+        return self
+
+
+class EndpointEnvConfig(EnvBase):
+    type: Literal["endpoint"] = "endpoint"
+    """Black-box agents play the episodes through an OpenAI-compatible endpoint over the rollout
+    workers (rlsvc/serve/, docs/agents.md): each step trains on the groups they ended."""
+    endpoint: EndpointConfig = EndpointConfig()
+    """Where the endpoint listens, and its key."""
+    wait_s: float = Field(600.0, gt=0)
+    """How long a step waits for the agents to end `grpo.groups_per_step` complete groups
+    before the job stops."""
+    num_actors: int = Field(1, ge=1)
+    """Env actors (no episode reaches them: the agents are the environment)."""
+    sessions_per_actor: int = Field(1, ge=1)
+    """Sessions per env actor (none is used)."""
+
+
+EnvConfig = Annotated[
+    BlackjackEnvConfig | CodeEnvConfig | ReasoningEnvConfig | PluginEnvConfig | EndpointEnvConfig, Field(discriminator="type")
+]
 """The environment section: `env.type` picks a built-in task; `env.task` a third-party one."""
 
 
@@ -810,6 +848,8 @@ class Config(Strict):
             _check_reasoning(self.env, self.model)
         if self.model.lora.enabled:
             _check_lora(self)
+        if isinstance(self.env, EndpointEnvConfig):
+            _check_endpoint(self)
         if self.grpo.overlong_buffer and self.grpo.overlong_buffer > self.rollout.max_tokens:
             raise ValueError(
                 f"grpo.overlong_buffer ({self.grpo.overlong_buffer}) must be at most rollout.max_tokens ({self.rollout.max_tokens})"
@@ -838,6 +878,17 @@ def _check_lora(cfg: Config) -> None:
         raise ValueError(
             "model.lora.enabled with grpo.kl_coef > 0 and rollout.asynchronous needs trainer.num_ranks=1 (the base reference runs on the trainer ranks)"
         )
+
+
+def _check_endpoint(cfg: Config) -> None:
+    """An endpoint job serves a chat model's template to agents and takes their ended episodes
+    in the synchronous loop (rlsvc/serve/loop.py); LoRA's per-version adapters are not served."""
+    if cfg.model.source != "hf":
+        raise ValueError("env.type=endpoint needs a chat model (model.source=hf): agents' messages go through its chat template")
+    if cfg.rollout.asynchronous:
+        raise ValueError("env.type=endpoint runs the synchronous loop: set rollout.asynchronous=false (staleness: buffer.max_staleness)")
+    if cfg.model.lora.enabled:
+        raise ValueError("env.type=endpoint does not serve LoRA adapters yet: set model.lora.enabled=false")
 
 
 def _check_reasoning(env: ReasoningEnvConfig, model: ModelConfig) -> None:

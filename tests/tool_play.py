@@ -59,6 +59,28 @@ class Recording:
         return outs
 
 
+class ScriptedCalculator:
+    """A generator for the endpoint's tests (tests/unit/test_endpoint.py): calls `calculate` on
+    "What is 2 + 3?" until its prompt holds the tool's result, then answers; keeps every prompt
+    and result it served."""
+
+    def __init__(self, family: str, tokenizer) -> None:
+        self.family, self.tok, self.served = family, tokenizer, []
+
+    def generate(self, prompts, seeds):
+        outs = []
+        for p in prompts:
+            if "5" in self.tok.decode(p).split("2 + 3")[-1]:  # the tool's result came back
+                reply = "The answer is 5."
+            elif self.family == "qwen3":
+                reply = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "2+3"}}\n</tool_call>'
+            else:
+                reply = '{"name": "calculate", "parameters": {"expression": "2+3"}}'
+            outs.append(sampled(self.tok, reply))
+            self.served.append((list(p), outs[-1]))
+        return outs
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

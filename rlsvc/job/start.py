@@ -35,6 +35,7 @@ from rlsvc.loop import GRPOLoop
 from rlsvc.policy_io import TaskCodec, make_codec
 from rlsvc.rollout.spec import EngineSpec
 from rlsvc.run_folder import create as create_run_folder
+from rlsvc.serve.loop import EndpointLoop
 from rlsvc.task import Task, TaskError
 from rlsvc.tracking.mlflow_tracker import MlflowTracker, resolve_tracking_uri
 from rlsvc.tracking.run_tags import ray_job_metadata, ray_job_tags, run_tags
@@ -203,7 +204,7 @@ def start(job: JobRun) -> Live:
     freezing, frozen = start_background(job)
     # The vLLM engines start up while the trainer warm-starts and the reference is built: the
     # loop's weight sync, which waits for them, is first used by the first sync below.
-    loop = (AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, job.svc, codec)
+    loop = (EndpointLoop if cfg.env.type == "endpoint" else AsyncGRPOLoop if cfg.rollout.asynchronous else GRPOLoop)(cfg, job.svc, codec)
     at, warm_loss = warm_or_resume(job, loop, TrainerSpec.from_config(model, cfg, loop.allowed))
     sync0 = loop.sync_weights()  # waits for the vLLM engines to be up
     tracker.set_tags({"rlsvc.weight_sync": loop.sync.kind})  # `auto` resolved

@@ -68,9 +68,14 @@ def builtin_options(env_type: str) -> list[str]:
     """A built-in task's own settings: its config section's fields beyond those every task has."""
     from pydantic import BaseModel
 
-    from rlsvc.config import BlackjackEnvConfig, CodeEnvConfig, EnvBase, ReasoningEnvConfig
+    from rlsvc.config import BlackjackEnvConfig, CodeEnvConfig, EndpointEnvConfig, EnvBase, ReasoningEnvConfig
 
-    sections: dict[str, type[BaseModel]] = {"blackjack": BlackjackEnvConfig, "code": CodeEnvConfig, "reasoning": ReasoningEnvConfig}
+    sections: dict[str, type[BaseModel]] = {
+        "blackjack": BlackjackEnvConfig,
+        "code": CodeEnvConfig,
+        "reasoning": ReasoningEnvConfig,
+        "endpoint": EndpointEnvConfig,
+    }
     section = sections[env_type]
     defaults = section()
     own = [name for name in section.model_fields if name not in EnvBase.model_fields and name != "type"]

@@ -25,6 +25,7 @@ BUILTIN: dict[str, str] = {
     "blackjack": "rlsvc.tasks.blackjack:BlackjackTask",
     "code": "rlsvc.tasks.code:CodeTask",
     "reasoning": "rlsvc.tasks.reasoning:ReasoningTask",
+    "endpoint": "rlsvc.serve.task:EndpointTask",
 }
 """Built-in tasks by `env.type`; each class builds itself from its config section (`from_config`)."""
 

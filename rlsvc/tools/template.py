@@ -39,9 +39,13 @@ class ToolTemplate:
     def results_text(self, results: Sequence[dict[str, Any]]) -> str:
         """The text that follows an assistant reply's end-of-turn token for `results` (each a
         `{"name": ..., "content": ...}` tool message), up to and including the generation prompt."""
+        return self.turn_text([{"role": "tool", "name": r["name"], "content": str(r["content"])} for r in results])
+
+    def turn_text(self, messages: Sequence[dict[str, Any]]) -> str:
+        """The text that follows an assistant reply's end-of-turn token for the next `messages`
+        (`tool` results, a `user` message), up to and including the generation prompt."""
         probe = [{"role": "user", "content": "?"}, {"role": "assistant", "content": _REPLY}]
-        tool_messages = [{"role": "tool", "name": r["name"], "content": str(r["content"])} for r in results]
-        full = self.tokenizer.apply_chat_template([*probe, *tool_messages], add_generation_prompt=True, tokenize=False, **CHAT_OPTIONS)
+        full = self.tokenizer.apply_chat_template([*probe, *messages], add_generation_prompt=True, tokenize=False, **CHAT_OPTIONS)
         after = full[full.index(_REPLY) + len(_REPLY) :]
         if not self.eos or not after.startswith(self.eos):
             raise ValueError(f"the chat template does not close an assistant turn with its end-of-turn token {self.eos!r}")

@@ -29,7 +29,8 @@ def test_the_tasks_command_lists_built_ins_and_entry_points_with_their_options(t
     assert rlsvc(["tasks"]) == 0
     out = capsys.readouterr().out
     blocks = {b.split()[0]: b for b in out.strip().split("\n\n")}
-    assert list(blocks) == ["blackjack", "code", "reasoning", "broken", "qa"]
+    assert list(blocks) == ["blackjack", "code", "reasoning", "endpoint", "broken", "qa"]
+    assert "    env.endpoint.* (python -m rlsvc.train --help)" in blocks["endpoint"]
     assert blocks["blackjack"].startswith("blackjack  (built-in: rlsvc.tasks.blackjack:BlackjackTask; select with env.type=blackjack)")
     assert "    env.then_stick_at (default None)" in blocks["blackjack"] and "env.code.*" in blocks["code"]
     assert "    env.data.*" in blocks["reasoning"] and "    env.reward (default 'strict')" in blocks["reasoning"]
