@@ -82,6 +82,14 @@ SUITE = [
         600,
     ),
     Bench(
+        "lora_sync",
+        "LoRA vs full fine-tuning at the representative size (28M parameters, rank 16): bytes and time per sync, step time, peak memory",
+        "lora_sync",
+        ["--pairs", "5"],
+        ["--pairs", "1", "--layers", "2", "--rows", "4", "--tokens", "16"],
+        600,
+    ),
+    Bench(
         "anatomy",
         "Step anatomy and orchestration overhead, default config, sync and async",
         "step_anatomy",
@@ -151,6 +159,7 @@ RESULT_FILES = {
     "rollout_representative": "rollout_representative.json",
     "rollout_reasoning": "rollout_reasoning.json",
     "weight_sync": "weight_sync.json",
+    "lora_sync": "lora_sync.json",
     "step_anatomy": "step_anatomy.json",
     "step_speedup": "step_speedup.json",
     "compute_floor": "compute_floor.json",

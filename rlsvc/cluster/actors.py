@@ -302,8 +302,12 @@ class TrainerWorker(_WeightSyncEndpoint):
     def base_logprobs(
         self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """LoRA's reference: this rank's model with its adapters off (callers go through BaseReference)."""
+        """LoRA's reference: this rank's model with its frozen reference adapters, or with its
+        adapters off (callers go through BaseReference)."""
         return self.trainer.reference_logprobs(input_ids, allowed_token_ids, lengths)
+
+    def freeze_reference_adapters(self) -> None:
+        self.trainer.freeze_reference_adapters()
 
     # the reference's endpoints (callers go through ReferenceModel)
     def reference_logprobs(

@@ -114,13 +114,15 @@ class ReferenceModel:
     def setup(self, spec: TrainerSpec, hf_state_dict: dict | None) -> None:
         get(self.actor.setup_reference.remote(spec, hf_state_dict))
 
-    def start_setup(self, spec: TrainerSpec) -> Callable[[dict], None]:
+    def start_setup(self, spec: TrainerSpec) -> Callable[[Callable[[], dict]], None]:
         """Build the reference now, without waiting, and return the call that gives it the
-        weights to keep: a job builds it while the trainer warm-starts (the import and the
-        model build ran after the warm start before, on one core, about 3 s of start-up)."""
+        weights to keep (from the function it is given): a job builds it while the trainer
+        warm-starts (the import and the model build ran after the warm start before, on one
+        core, about 3 s of start-up)."""
         building = self.actor.setup_reference.remote(spec, None)
 
-        def load(hf_state_dict: dict) -> None:
+        def load(weights: Callable[[], dict]) -> None:
+            hf_state_dict = weights()
             get(building)
             get(self.actor.load_reference.remote(hf_state_dict))
 
@@ -136,9 +138,11 @@ class ReferenceModel:
 
 
 class BaseReference:
-    """LoRA's reference (`model.lora`): the trainer ranks' own model with its adapters off, so no
-    copy of the policy is built or checkpointed. Its logprobs are a collective over the ranks,
-    like `TrainerGroup.logprobs`; there are no weights of its own to set up or save."""
+    """LoRA's reference (`model.lora`): the trainer ranks' own model, with the adapters it froze
+    after the warm start (the warm-started policy, as full fine-tuning's reference is) or, before,
+    with its adapters off (the base); no copy of the policy is built. Its logprobs are a
+    collective over the ranks, like `TrainerGroup.logprobs`; its frozen adapters are saved in the
+    trainer's own checkpoint, so there are no weights of its own to set up or save here."""
 
     saves_weights = False
 
@@ -148,8 +152,14 @@ class BaseReference:
     def setup(self, spec: TrainerSpec, hf_state_dict: dict | None) -> None:
         """Nothing to build: the base is part of every rank's model."""
 
-    def start_setup(self, spec: TrainerSpec) -> None:
-        """Nothing to build, and no weights to give it after the warm start."""
+    def start_setup(self, spec: TrainerSpec) -> Callable[[Callable[[], dict]], None]:
+        """Nothing to build; the call it returns (after the warm start) freezes each rank's
+        adapters as the reference. The weights it is given are not needed: each rank has them."""
+
+        def freeze(weights: Callable[[], dict]) -> None:
+            get([t.freeze_reference_adapters.remote() for t in self.ranks])
+
+        return freeze
 
     def logprobs(
         self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None

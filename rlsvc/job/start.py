@@ -191,7 +191,7 @@ def warm_or_resume(job: JobRun, loop: GRPOLoop, spec: TrainerSpec) -> tuple[Trai
         with svc.trainer_group.threads(1) if job.conn.started_locally else nullcontext():
             warm_loss = loop.warm_start(cfg.model.warm_start_steps)
     if keep_reference is not None:
-        keep_reference(svc.trainer_group.hf_state_dict())
+        keep_reference(svc.trainer_group.hf_state_dict)  # LoRA's reference freezes its adapters instead
     return TrainingStart(), warm_loss
 
 

@@ -133,6 +133,37 @@ def adapters_disabled(model: nn.Module) -> Iterator[None]:
         switch.enabled = True
 
 
+def adapter_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The adapters' parameters by name (under FSDP2: this rank's shards, as DTensors)."""
+    return {n: p for n, p in model.named_parameters() if is_lora_key(n)}
+
+
+def snapshot_adapters(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Detached copies of the adapters as they are now, in the parameters' own layout (under
+    FSDP2 each rank copies its shards: no collective). `adapters_set_to` puts them back."""
+    return {n: p.detach().clone() for n, p in adapter_parameters(model).items()}
+
+
+@contextmanager
+def adapters_set_to(model: nn.Module, values: dict[str, torch.Tensor]) -> Iterator[None]:
+    """The model with its adapters holding `values` (a `snapshot_adapters`) for the duration,
+    its own put back bit for bit after: the reference's logprobs from a frozen adapter set with
+    no second model. Copies in place, so FSDP2 gathers the swapped shards on the next forward."""
+    import torch
+
+    params = adapter_parameters(model)
+    with torch.no_grad():
+        own = {n: params[n].detach().clone() for n in values}
+        for n, v in values.items():
+            params[n].copy_(v)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for n, v in own.items():
+                params[n].copy_(v)
+
+
 def split(titan_sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
     """(base weights, adapter weights) of a TorchTitan-named state dict."""
     base = {k: v for k, v in titan_sd.items() if not is_lora_key(k)}

@@ -41,6 +41,10 @@ from rlsvc.trainer.lr_schedule import LRSchedule
 METRIC_KEYS = ("loss", "kl", "entropy", "clip_frac", "ratio_mean", "tis_weight", "mismatch_kl", "mismatch_sum", "tokens")
 
 
+REFERENCE_ADAPTERS = "lora_reference"
+"""A checkpoint's entry for LoRA's frozen reference adapters (`freeze_reference_adapters`)."""
+
+
 def _to_local(t: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
@@ -194,6 +198,9 @@ class TitanTrainer(_PolicyBase):
         self.spec = as_spec(model)
         self.lora = lora
         """LoRA adapters on a frozen base (rlsvc/trainer/lora.py); None: the whole model trains."""
+        self.reference_adapters: dict[str, torch.Tensor] | None = None
+        """With LoRA, the adapters the reference holds (`freeze_reference_adapters`); None: the
+        reference is the base, adapters off."""
         self.lr, self.lr_schedule = lr, lr_schedule or LRSchedule()
         self.micro_batch_tokens, self.share_prefixes = micro_batch_tokens, share_prefixes
         self.loss = loss if loss is not None else LossSettings()
@@ -434,17 +441,30 @@ class TitanTrainer(_PolicyBase):
         adapters = self.adapter_state_dict()
         return peft_adapter_state_dict(self.spec, adapters) if adapters else {}
 
+    def freeze_reference_adapters(self) -> None:
+        """With LoRA, make the policy as it is now the reference: its adapters are copied and
+        frozen (each rank its shards), and `reference_logprobs` runs the model with them. A job
+        calls this after the warm start, so the KL term pulls toward the warm-started policy, as
+        full fine-tuning's reference is, not toward the base the warm start left (docs/lora.md)."""
+        from rlsvc.trainer.lora import snapshot_adapters
+
+        if self.lora is None:
+            raise ValueError("freeze_reference_adapters: this trainer has no LoRA adapters (model.lora.enabled is false)")
+        self.reference_adapters = snapshot_adapters(self.model)
+
     @torch.no_grad()
     def reference_logprobs(
         self, input_ids: torch.Tensor, allowed_token_ids: list[int] | None = None, lengths: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """With LoRA, the reference's logprobs: this model with its adapters off (the base), so no
-        reference copy is needed. A collective under FSDP, like `logprobs`."""
-        from rlsvc.trainer.lora import adapters_disabled
+        """With LoRA, the reference's logprobs from this model, so no reference copy is needed:
+        with the frozen adapters of `freeze_reference_adapters` in place of the policy's, else
+        with the adapters off (the base). A collective under FSDP, like `logprobs`."""
+        from rlsvc.trainer.lora import adapters_disabled, adapters_set_to
 
         if self.lora is None:
             raise ValueError("reference_logprobs: without LoRA the reference is a model of its own (TitanReference)")
-        with adapters_disabled(self.model):
+        frozen = self.reference_adapters
+        with adapters_disabled(self.model) if frozen is None else adapters_set_to(self.model, frozen):
             return self.logprobs(input_ids, allowed_token_ids, lengths)
 
     def load_hf_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
@@ -466,12 +486,14 @@ class TitanTrainer(_PolicyBase):
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_state_dict
 
+        # LoRA's frozen reference adapters travel with the policy's (each rank its shards)
+        frozen = {} if self.reference_adapters is None else {REFERENCE_ADAPTERS: dict(self.reference_adapters)}
         if not self.optimizer.state:  # no step taken yet: nothing to save, and asking for the
             # optimiser's state dict would initialise it with a fake step (AdamW's step count 1)
-            dcp.save({"model": get_model_state_dict(self.model, options=self._checkpoint_options())}, checkpoint_id=directory)
+            dcp.save({"model": get_model_state_dict(self.model, options=self._checkpoint_options()), **frozen}, checkpoint_id=directory)
             return
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=self._checkpoint_options())
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory)
+        dcp.save({"model": model_sd, "optim": optim_sd, **frozen}, checkpoint_id=directory)
 
     def load_checkpoint(self, directory: str) -> None:
         """Restore what `save_checkpoint` wrote (same world size and model config); all ranks call."""
@@ -486,15 +508,26 @@ class TitanTrainer(_PolicyBase):
             reader = dcp.FileSystemReader(directory)
         saved = reader.read_metadata().state_dict_metadata
         options = self._checkpoint_options()
+        frozen = self._reference_adapters_to_load(saved)
         if not any(k.startswith("optim") for k in saved):  # saved before the first step
-            state: dict[str, Any] = {"model": get_model_state_dict(self.model, options=options)}
+            state: dict[str, Any] = {"model": get_model_state_dict(self.model, options=options), **frozen}
             dcp.load(state, checkpoint_id=directory)
             set_model_state_dict(self.model, state["model"], options=options)
-            return
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=options)  # the layout to load into
-        state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=directory)
-        set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
+        else:
+            model_sd, optim_sd = get_state_dict(self.model, self.optimizer, options=options)  # the layout to load into
+            state = {"model": model_sd, "optim": optim_sd, **frozen}
+            dcp.load(state, checkpoint_id=directory)
+            set_state_dict(self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
+        self.reference_adapters = state.get(REFERENCE_ADAPTERS)
+
+    def _reference_adapters_to_load(self, saved: Any) -> dict[str, Any]:
+        """Where a checkpoint holds LoRA's frozen reference adapters: tensors of their layout for
+        `dcp.load` to fill (the adapters' own, copied); else nothing."""
+        from rlsvc.trainer.lora import snapshot_adapters
+
+        if self.lora is None or not any(k.startswith(f"{REFERENCE_ADAPTERS}.") for k in saved):
+            return {}
+        return {REFERENCE_ADAPTERS: snapshot_adapters(self.model)}
 
     def _checkpoint_options(self) -> Any:
         """With LoRA a checkpoint holds the adapters and their optimiser state, not the frozen base

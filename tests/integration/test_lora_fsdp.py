@@ -1,6 +1,7 @@
 """LoRA under 2-rank FSDP2 (gloo, CPU) reproduces the 1-rank LoRA steps when each rank takes half
-the batch: the adapters' values, the merged weights, the base-as-reference logprobs, and a
-checkpoint of adapters + optimiser state restored on the ranks.
+the batch: the adapters' values, the merged weights, the reference's logprobs from adapters
+frozen after the first step (as a job freezes them after its warm start: each rank swaps its
+shards in), and a checkpoint of adapters + optimiser state + frozen adapters restored on the ranks.
 
 The ranks run as subprocesses of this same file (see `__main__` below), stopped by their PIDs.
 """
@@ -50,16 +51,30 @@ def trainer(rank: int = 0, world_size: int = 1, init_method: str | None = None):
 
 
 def run_steps(t, part, checkpoint_dir: str) -> dict:
-    """Two steps with a checkpoint between; the second step again after restoring it."""
+    """Two steps with a checkpoint between, the adapters after the first frozen as the reference;
+    the second step again after restoring the checkpoint."""
     t.loss = LossSettings(kl_coef=0.1)
+    probe = part(global_batch(9)).input_ids
     m1 = t.train_step(part(global_batch()))
+    t.freeze_reference_adapters()
+    frozen = t.logprobs(probe)
     t.save_checkpoint(checkpoint_dir)
     m2 = t.train_step(part(global_batch(7)))
     adapters, merged = t.adapter_state_dict(), t.hf_state_dict()
-    ref = t.reference_logprobs(part(global_batch(9)).input_ids)
+    ref = t.reference_logprobs(probe)
+    t.freeze_reference_adapters()  # a new job's copy; the checkpoint's must come back
     t.load_checkpoint(checkpoint_dir)
     again = t.train_step(part(global_batch(7)))
-    return {"metrics": [m1, m2], "again": again, "adapters": adapters, "merged": merged, "ref": ref}
+    ref_again = t.reference_logprobs(probe)
+    return {
+        "metrics": [m1, m2],
+        "again": again,
+        "adapters": adapters,
+        "merged": merged,
+        "ref": ref,
+        "frozen": frozen,
+        "ref_again": ref_again,
+    }
 
 
 def _worker(rank: int, init_method: str, checkpoint_dir: str, out_path: str) -> None:
@@ -110,6 +125,9 @@ def test_two_rank_lora_steps_equal_one_rank(tmp_path: Path) -> None:
         for step in range(2):
             _close(single["metrics"][step], rank["metrics"][step])
         _close(rank["metrics"][1], rank["again"])  # the restored adapters and moments redo step 2
+    for r in [*ranks, single]:  # the reference is the policy after step 1, also when restored
+        torch.testing.assert_close(r["ref"], r["frozen"], atol=1e-6, rtol=0)
+        torch.testing.assert_close(r["ref_again"], r["frozen"], atol=1e-6, rtol=0)
     half = N // WORLD_SIZE
     ref = torch.cat([r["ref"] for r in ranks])
     torch.testing.assert_close(ref, single["ref"], atol=1e-5, rtol=0)

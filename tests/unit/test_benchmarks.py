@@ -115,6 +115,16 @@ SAMPLE = {
             for t, r in (("shm", 0.58), ("ray", 0.13), ("torchstore", 0.9))
         ],
     },
+    "lora_sync": {
+        "model": {"layers": 8},
+        "lora": {"rank": 16, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+        "batch": {"rows": 16, "tokens": 64},
+        "pairs": 5,
+        "bytes_per_sync": {"full": 110_800_000, "lora": 2_100_000, "ratio": 52.8},
+        "sync_s": {"full": 0.5, "lora": 0.05, "ratio": {"median": 10.0, "min": 8.0, "max": 12.0}},
+        "step_s": {"full": 2.0, "lora": 1.5, "ratio": {"median": 1.3, "min": 1.1, "max": 1.4}},
+        "peak_rss_mib": {"full": {"trainer": 900.0, "engine": 1500.0}, "lora": {"trainer": 600.0, "engine": 1600.0}},
+    },
     "anatomy": {
         "args": {"steps": 40},
         "rows": {
@@ -288,6 +298,7 @@ def test_every_benchmark_renders_its_results() -> None:
     assert "| **rlsvc / HF, per pair** | **3.20x** (2.90-3.50) |" in text and "28M parameters (8 layers, vocabulary 832)" in text
     assert "| episodes/s, training loop | 400 (390 to 410) | 560 (550 to 570) | **1.40x (1.30-1.50)** |" in text
     assert "waited for rollouts 25% of its time" in text
+    assert "| sync time, median s | 0.500 | 0.050 | 10.00x (8.00-12.00) |" in text
     assert "| mode | machine (of " in text and "| driver | trainer-0 |" in text and "| async | 1.40 | 0.35 | 0.40 |" in text
     assert "| rlsvc (sync) | 300 | 40 s | -0.070 | -0.0700 |" in text and "| TRL GRPOTrainer | 200 | not reached | - | -0.1000 |" in text
     assert "| 10 | -0.070 (40 s) | - |" in text

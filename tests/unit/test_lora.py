@@ -143,6 +143,35 @@ def test_reference_is_the_base_and_merged_weights_are_the_policy():
     assert torch.equal(t.logprobs(ids), policy)
 
 
+def test_frozen_warm_start_adapters_are_the_reference_and_travel_in_checkpoints(tmp_path):
+    """After the warm start a job freezes the adapters as the reference (`freeze_reference_adapters`):
+    the KL term then pulls toward the warm-started policy, as full fine-tuning's reference does,
+    not toward the base (the model before the warm start). A restored trainer has the same one."""
+    t = lora_trainer()
+    warm = batch(seed=3)
+    for _ in range(3):  # the warm start: supervised steps on the adapters alone
+        t.sft_step(warm.input_ids, warm.loss_mask)
+    ids = batch(seed=2).input_ids
+    warm_started = t.logprobs(ids)
+    base = TitanReference(ModelConfig(), seed=0, device="cpu").logprobs(ids)
+    assert (warm_started - base).abs().max() > 1e-2  # the warm start moved the policy off the base
+    t.freeze_reference_adapters()
+    t.loss = LossSettings(kl_coef=0.1)
+    rl = batch()
+    rl.ref_logprobs = t.reference_logprobs(rl.input_ids)  # as the job's reference gives them
+    first = t.train_step(rl)
+    assert first["kl"] == pytest.approx(0.0, abs=1e-9)  # the policy RL starts from is the reference
+    t.train_step(batch(seed=1))
+    policy = t.logprobs(ids)
+    assert (policy - warm_started).abs().max() > 1e-3  # training moved on ...
+    assert torch.equal(t.reference_logprobs(ids), warm_started)  # ... the reference did not
+    assert torch.equal(t.logprobs(ids), policy)  # and the policy's adapters were put back exactly
+    t.save_checkpoint(str(tmp_path / "ckpt"))
+    restored = lora_trainer()
+    restored.load_checkpoint(str(tmp_path / "ckpt"))
+    assert torch.equal(restored.reference_logprobs(ids), warm_started)
+
+
 def test_dropout_acts_only_while_training():
     t = lora_trainer(lora=LoraSettings(rank=4, alpha=8.0, dropout=0.5, targets=("q_proj",)))
     for name, p in t.model.named_parameters():
