@@ -8,8 +8,10 @@ SFT schedule's end learning rate, constant; the train problems' worked solutions
 control's to use: the setting is that only the demonstrations have them). Then, from the first seed's
 SFT folder, the RL stage with Dr. GRPO and with GSPO (same config and budget), and dynamic
 sampling off vs on for 40 steps. Writes benchmarks/results/validate_math.json: every command, the
-SFT curve per epoch, the RL curves (per step, and the test split every 50 steps), the final
-greedy test accuracies with standard errors, wall times, and whether the recipe's targets hold.
+SFT curve per epoch, the RL curves (per step, and the whole test split through the rollout
+engines before the first step, every `eval.test_every_steps` and after the last: its last point
+is the final greedy test accuracy), standard errors, wall times, and whether the recipe's targets
+hold.
 
     python scripts/validate_math.py                     # seeds 1,2, each with the control, then the variants (make validate-math)
     python scripts/validate_math.py --seeds 1 --no-control --no-variants --out FILE --work DIR
@@ -82,10 +84,6 @@ def python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def stderr(p: float, n: int) -> float:
-    return math.sqrt(p * (1 - p) / n) if n else 0.0
-
-
 def sft(work: Path, name: str, seed: int, start: Path, data: Path, uri: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """`rlsvc sft` from `start` on the demonstrations; its command, wall time and per-epoch curve."""
     cmd = python(
@@ -128,7 +126,7 @@ def rl(work: Path, seed: int, folder: str, data: Path, uri: str, name: str = "rl
     wall = run(cmd, work / f"{name}.log")
     [run_dir] = [p for p in out.iterdir() if p.is_dir() and p.name.startswith("math_tiny_rl")]
     result = json.loads((run_dir / "result.json").read_text())
-    final, n = result["eval"].get("strict_accuracy"), int(result["eval"].get("episodes", 0))  # none with eval.episodes=0
+    final, final_se, n = final_point(result)
     acc = dict(history(result, "strict_accuracy"))
     curve = [
         {"step": s, "train strict accuracy (T=1)": round(acc.get(s, float("nan")), 4), "mean return": round(v, 4)}
@@ -148,10 +146,22 @@ def rl(work: Path, seed: int, folder: str, data: Path, uri: str, name: str = "rl
         "startup_s": round(result["startup_s"], 1),
         "train_s": round(result["train_s"], 1),
         "accuracy": final,
-        "stderr": round(stderr(final, n), 4) if final is not None else None,
+        "stderr": final_se,
         "problems": n,
         "curve": curve,
     }
+
+
+def final_point(result: dict[str, Any]) -> tuple[float | None, float | None, int]:
+    """The final weights' greedy test accuracy, its standard error and the problems answered: the
+    test-split curve's last point (`eval.test_every_steps`, through the rollout engines), when it
+    is at the run's last step (a run stopped early by its time budget has none there). None
+    without a curve (`eval.test_every_steps=0`)."""
+    curve = result.get("test_eval")
+    if not curve or not curve["steps"] or curve["steps"][-1] != result["steps"]:
+        return None, None, 0
+    last = curve["last"]
+    return round(last["greedy_accuracy"], 4), round(last["greedy_accuracy_stderr"], 4), int(last["problems"])
 
 
 # per-step metrics whose mean over the steps the record keeps (dynamic sampling's effect)
@@ -184,21 +194,25 @@ def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict
     make_s = run(make, work / "make_tiny_hf.log")
     s = sft(work, "sft", seed, start, data, uri)
     r = rl(work, seed, s["folder"], data, uri)
-    begin = s["curve"][-1]
+    begin, [zero] = s["curve"][-1], [c for c in r["test_curve"] if c["step"] == 0]
     row: dict[str, Any] = {
         "seed": seed,
         "make_tiny_hf": {"command": shlex.join(make), "wall_s": round(make_s, 1)},
         "sft": s,
         "rl": r,
+        # the SFT job's own evaluation of its folder (transformers, in its driver) ...
         "start_accuracy": begin["accuracy"],
         "start_stderr": begin["stderr"],
-        "gain": round(r["accuracy"] - begin["accuracy"], 4),
-        "gain_stderr": round(math.hypot(r["stderr"], begin["stderr"]), 4),
+        # ... and the RL job's of the same folder before its first step (vLLM), the point the gain
+        # is counted from: the final accuracy is the same evaluation's, of the last weights
+        "rl_start_accuracy": zero["greedy accuracy"],
+        "rl_start_stderr": zero["stderr"],
+        "gain": round(r["accuracy"] - zero["greedy accuracy"], 4),
+        "gain_stderr": round(math.hypot(r["stderr"], zero["stderr"]), 4),
         "sft_plus_rl_minutes": round((s["wall_s"] + r["wall_s"]) / 60, 2),
     }
     if control:  # the RL stage's training time spent on further SFT instead, whole epochs, from the same folder
-        # (its steps and evaluations during training: not its start-up or its final 500-problem
-        # evaluation, one answer at a time, which took 20 minutes on the loaded machine)
+        # (its steps and test-split evaluations: not its start-up)
         epochs = max(1, round(r["train_s"] / (sum(s["epoch_s"]) / len(s["epoch_s"]))))
         c = sft(work, "sft_more", seed, Path(s["folder"]), data, uri, (f"sft.epochs={epochs}", *CONTROL_LR))
         row["control"] = {**c, "accuracy": c["curve"][-1]["accuracy"], "stderr": c["curve"][-1]["stderr"]}
@@ -219,7 +233,8 @@ def summary_rows(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "seed": r["seed"],
-                "SFT start (greedy, 500 test)": f"{r['start_accuracy']:.3f} +- {r['start_stderr']:.3f}",
+                "SFT start (SFT job's evaluation)": f"{r['start_accuracy']:.3f} +- {r['start_stderr']:.3f}",
+                "SFT start (RL job's, step 0)": f"{r['rl_start_accuracy']:.3f} +- {r['rl_start_stderr']:.3f}",
                 "after GRPO": f"{r['rl']['accuracy']:.3f} +- {r['rl']['stderr']:.3f}",
                 "gain": f"{r['gain']:+.3f} +- {r['gain_stderr']:.3f}",
                 "further SFT instead (same training time)": f"{c['accuracy']:.3f} +- {c['stderr']:.3f}" if c else "not run",
@@ -260,11 +275,11 @@ def rl_curves(seeds: list[dict[str, Any]], spans: int = 6) -> list[dict[str, Any
 
 
 def test_row(r: dict[str, Any]) -> dict[str, Any]:
-    """An RL run's test-split curve as one row: greedy accuracy on the fixed 200 problems at each
-    evaluation's step, then the final checkpoint's on all 500 (+- one s.e.)."""
+    """An RL run's test-split curve as one row: greedy accuracy on the test problems at each
+    evaluation's step, then the last one's again with its standard error (the final weights)."""
     row: dict[str, Any] = {f"step {c['step']}": c["greedy accuracy"] for c in r["test_curve"]}
     final = f"{r['accuracy']:.3f} +- {r['stderr']:.3f}" if r["accuracy"] is not None else "not run"
-    return {**row, "final (500)": final, "steps": r["steps"], "RL min": round(r["wall_s"] / 60, 1)}
+    return {**row, "final": final, "steps": r["steps"], "RL min": round(r["wall_s"] / 60, 1)}
 
 
 def rl_test_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
