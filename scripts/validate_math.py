@@ -287,20 +287,21 @@ def rl_test_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"seed": r["seed"], "SFT start (500)": f"{r['start_accuracy']:.3f}", **test_row(r["rl"])} for r in seeds]
 
 
-def variants(work: Path, seed: int, data: Path, uri: str, finished_only: bool = False) -> dict[str, Any]:
-    """From the seed's SFT folder: dynamic sampling off and on for `DYNAMIC_STEPS` steps, no
-    evaluations, and the RL stage again with each other loss (same config, steps and time
-    budget). `finished_only`: run nothing, take the stages an earlier run finished."""
+def variants(work: Path, seed: int, data: Path, uri: str, finished_only: bool = False, dynamic: bool = True) -> dict[str, Any]:
+    """From the seed's SFT folder: the RL stage again with each other loss (same config and step
+    budget), then (`dynamic`) dynamic sampling off and on for `DYNAMIC_STEPS` steps, no
+    evaluations. `finished_only`: run nothing, take the stages an earlier run finished."""
     folder = json.loads((work / "sft" / "result.json").read_text())["model_dir"]
-    stages = {f"rl_dynamic_{on}": (*SHORT, f"grpo.dynamic_sampling={on}") for on in ("false", "true")}
-    stages |= {f"rl_{loss}": (f"grpo.loss={loss}",) for loss in LOSSES}
+    stages = {f"rl_{loss}": (f"grpo.loss={loss}",) for loss in LOSSES}
+    if dynamic:
+        stages |= {f"rl_dynamic_{on}": (*SHORT, f"grpo.dynamic_sampling={on}") for on in ("false", "true")}
     runs = {
         name: rl(work, seed, folder, data, uri, name, extra)
         for name, extra in stages.items()
         if not finished_only or (work / f"{name}.done").exists()
     }
-    dynamic = {on: runs[f"rl_dynamic_{on}"] for on in ("false", "true") if f"rl_dynamic_{on}" in runs}
-    return {"seed": seed, "losses": {loss: runs[f"rl_{loss}"] for loss in LOSSES if f"rl_{loss}" in runs}, "dynamic_sampling": dynamic}
+    played = {on: runs[f"rl_dynamic_{on}"] for on in ("false", "true") if f"rl_dynamic_{on}" in runs}
+    return {"seed": seed, "losses": {loss: runs[f"rl_{loss}"] for loss in LOSSES if f"rl_{loss}" in runs}, "dynamic_sampling": played}
 
 
 def variant_tables(v: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -325,7 +326,7 @@ def variant_tables(v: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, 
         }
         for on, r in v["dynamic_sampling"].items()
     ]
-    return {"loss_curves": losses, "dynamic_sampling": dynamic, "variants": v}
+    return {"loss_curves": losses, **({"dynamic_sampling": dynamic} if dynamic else {}), "variants": v}
 
 
 def record(results: list[dict[str, Any]], generate: list[str], generate_s: float) -> dict[str, Any]:
@@ -366,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-variants", action="store_true", help="skip Dr. GRPO, GSPO and dynamic sampling (else on the first seed)")
     p.add_argument("--variants-only", action="store_true", help="only the variants, from --work's finished first seed, into --out")
     p.add_argument("--finished-only", action="store_true", help="with --variants-only: run nothing, record the variants --work finished")
+    p.add_argument("--no-dynamic", action="store_true", help="the variants without dynamic sampling's off/on runs (the losses only)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     work = args.work.resolve()
@@ -373,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
         old = json.loads(args.out.read_text())
         uri = f"sqlite:///{work / 'mlflow.db'}"
         v = (
-            variants(work / f"seed{seeds[0]}", seeds[0], work / "data", uri, args.finished_only)
+            variants(work / f"seed{seeds[0]}", seeds[0], work / "data", uri, args.finished_only, not args.no_dynamic)
             if args.variants_only
             else old.get("variants")
         )
@@ -393,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         write(args.out, record(results, generate, generate_s))
     rec = record(results, generate, generate_s)
     if not args.no_variants:
-        rec |= variant_tables(variants(work / f"seed{seeds[0]}", seeds[0], data, uri), results)
+        rec |= variant_tables(variants(work / f"seed{seeds[0]}", seeds[0], data, uri, dynamic=not args.no_dynamic), results)
         write(args.out, rec)
     for row in rec["summary"]:
         print(row)

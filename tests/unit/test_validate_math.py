@@ -193,3 +193,15 @@ def test_the_final_accuracy_is_the_test_curves_point_at_the_last_step(steps, fin
     result = {"steps": 50, "eval": {}, "test_eval": {"steps": steps, "last": last}}
     assert script().final_point(result) == final
     assert script().final_point({"steps": 50, "eval": {}, "test_eval": None}) == (None, None, 0)
+
+
+def test_no_dynamic_runs_the_losses_only(tmp_path, monkeypatch) -> None:
+    vm, names = script(), []
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "result.json").write_text(json.dumps({"model_dir": "m"}))
+    monkeypatch.setattr(vm, "rl", lambda work, seed, folder, data, uri, name, extra: names.append(name) or {"name": name})
+    v = vm.variants(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", dynamic=False)
+    assert names == ["rl_dr_grpo", "rl_gspo"] and v["dynamic_sampling"] == {} and list(v["losses"]) == ["dr_grpo", "gspo"]
+    names.clear()
+    vm.variants(tmp_path, 1, tmp_path / "data", "sqlite:///x.db")
+    assert names == ["rl_dr_grpo", "rl_gspo", "rl_dynamic_false", "rl_dynamic_true"]
