@@ -186,19 +186,26 @@ def plateaued(curve: list[dict[str, Any]]) -> bool:
     return curve[-1]["accuracy"] <= max(c["accuracy"] for c in curve[:-1]) + curve[-1]["stderr"]
 
 
-def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict[str, Any]:
+def start_and_sft(work: Path, seed: int, data: Path, uri: str) -> dict[str, Any]:
+    """The seed's tiny start checkpoint, then the SFT stage from it (a seed row's first parts)."""
     start = work / "start"
     make = python(
         "-m", "rlsvc.models.make_tiny_hf", *MODEL, "--seed", str(seed), "--corpus", str(data / "train.jsonl"), "--out", str(start)
     )
     make_s = run(make, work / "make_tiny_hf.log")
-    s = sft(work, "sft", seed, start, data, uri)
-    r = rl(work, seed, s["folder"], data, uri)
-    begin, [zero] = s["curve"][-1], [c for c in r["test_curve"] if c["step"] == 0]
-    row: dict[str, Any] = {
+    return {
         "seed": seed,
         "make_tiny_hf": {"command": shlex.join(make), "wall_s": round(make_s, 1)},
-        "sft": s,
+        "sft": sft(work, "sft", seed, start, data, uri),
+    }
+
+
+def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict[str, Any]:
+    row: dict[str, Any] = start_and_sft(work, seed, data, uri)
+    s = row["sft"]
+    r = rl(work, seed, s["folder"], data, uri)
+    begin, [zero] = s["curve"][-1], [c for c in r["test_curve"] if c["step"] == 0]
+    row |= {
         "rl": r,
         # the SFT job's own evaluation of its folder (transformers, in its driver) ...
         "start_accuracy": begin["accuracy"],
@@ -329,7 +336,11 @@ def variant_tables(v: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, 
     return {"loss_curves": losses, **({"dynamic_sampling": dynamic} if dynamic else {}), "variants": v}
 
 
-def record(results: list[dict[str, Any]], generate: list[str], generate_s: float) -> dict[str, Any]:
+def record(
+    results: list[dict[str, Any]], generate: list[str], generate_s: float, sft_only: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The results file: the seeds that ran every stage, and (`sft_only`) seeds whose start and
+    SFT stage ran alone (`--sft-only`), in the SFT curves' table."""
     return {
         "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}",
@@ -337,10 +348,11 @@ def record(results: list[dict[str, Any]], generate: list[str], generate_s: float
         "generate": {"command": shlex.join(generate), "wall_s": round(generate_s, 1)},
         "targets": {"start": list(START), "gain": GAIN, "sft_plus_rl_minutes": LIMIT_MINUTES},
         "summary": summary_rows(results),
-        "sft_curves": sft_curves(results),
+        "sft_curves": sft_curves([*results, *(sft_only or [])]),
         "rl_curves": rl_curves(results),
         "rl_test_curves": rl_test_curves(results),
         "seeds": results,
+        **({"sft_only": sft_only} if sft_only else {}),
         "met": bool(results) and all(r["met"] for r in results),
     }
 
@@ -367,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-variants", action="store_true", help="skip Dr. GRPO, GSPO and dynamic sampling (else on the first seed)")
     p.add_argument("--variants-only", action="store_true", help="only the variants, from --work's finished first seed, into --out")
     p.add_argument("--finished-only", action="store_true", help="with --variants-only: run nothing, record the variants --work finished")
+    p.add_argument("--sft-only", action="store_true", help="only the seeds' start and SFT stage, added to --out's record beside its seeds")
     p.add_argument("--no-dynamic", action="store_true", help="the variants without dynamic sampling's off/on runs (the losses only)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -379,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.variants_only
             else old.get("variants")
         )
-        rec = {**record(old["seeds"], [], 0.0), "measured": old["measured"], "generate": old["generate"]}
+        rec = {**record(old["seeds"], [], 0.0, old.get("sft_only")), "measured": old["measured"], "generate": old["generate"]}
         write(args.out, rec | (variant_tables(v, old["seeds"]) if v else {}))
         return 0
     if work.exists() and any(work.iterdir()) and not args.resume:
@@ -388,6 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     generate = python("-m", "rlsvc.reasoning.generate", "--out", str(data), *GENERATE)
     generate_s = run(generate, work / "generate.log")
     uri = f"sqlite:///{work / 'mlflow.db'}"
+    if args.sft_only:
+        old = json.loads(args.out.read_text()) if args.out.exists() else {"seeds": []}
+        rows = [start_and_sft(work / f"seed{seed}", seed, data, uri) for seed in seeds]
+        write(args.out, record(old["seeds"], generate, generate_s, rows))
+        return 0
     results: list[dict[str, Any]] = []
     for seed in seeds:  # the file is rewritten after each seed: a cut-short run keeps what it measured
         control = not args.no_control and (args.control_seeds is None or str(seed) in args.control_seeds.split(","))

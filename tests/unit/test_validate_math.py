@@ -205,3 +205,18 @@ def test_no_dynamic_runs_the_losses_only(tmp_path, monkeypatch) -> None:
     names.clear()
     vm.variants(tmp_path, 1, tmp_path / "data", "sqlite:///x.db")
     assert names == ["rl_dr_grpo", "rl_gspo", "rl_dynamic_false", "rl_dynamic_true"]
+
+
+def test_sft_only_adds_the_seeds_sft_curves_beside_the_records_seeds(tmp_path, monkeypatch) -> None:
+    vm, written = script(), {}
+    curve = [{"epoch": 1, "accuracy": 0.3, "stderr": 0.02}, {"epoch": 2, "accuracy": 0.5, "stderr": 0.02}]
+    out = tmp_path / "out.json"
+    out.write_text(json.dumps({"seeds": []}))
+    monkeypatch.setattr(vm, "run", lambda cmd, log: 0.0)
+    monkeypatch.setattr(vm, "sft", lambda work, name, seed, start, data, uri, extra=(): {"curve": curve, "folder": "m", "wall_s": 1.0})
+    monkeypatch.setattr(vm, "write", lambda path, rec: written.update(rec))
+    assert vm.main(["--seeds", "2", "--sft-only", "--resume", "--work", str(tmp_path / "w"), "--out", str(out)]) == 0
+    assert [r["seed"] for r in written["sft_only"]] == [2] and written["seeds"] == [] and written["summary"] == []
+    assert [(r["seed"], r["run"], r["greedy accuracy after each epoch (500 test)"]) for r in written["sft_curves"]] == [
+        (2, "SFT", [0.3, 0.5])
+    ]
