@@ -214,8 +214,9 @@ def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict
         # is counted from: the final accuracy is the same evaluation's, of the last weights
         "rl_start_accuracy": zero["greedy accuracy"],
         "rl_start_stderr": zero["stderr"],
-        "gain": round(r["accuracy"] - zero["greedy accuracy"], 4),
-        "gain_stderr": round(math.hypot(r["stderr"], zero["stderr"]), 4),
+        # none when the run stopped before its last step's evaluation
+        "gain": None if r["accuracy"] is None else round(r["accuracy"] - zero["greedy accuracy"], 4),
+        "gain_stderr": None if r["stderr"] is None else round(math.hypot(r["stderr"], zero["stderr"]), 4),
         "sft_plus_rl_minutes": round((s["wall_s"] + r["wall_s"]) / 60, 2),
     }
     if control:  # the RL stage's training time spent on further SFT instead, whole epochs, from the same folder
@@ -226,7 +227,7 @@ def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict
     row["met"] = bool(
         START[0] <= begin["accuracy"] <= START[1]
         and plateaued(s["curve"])
-        and row["gain"] >= GAIN
+        and (row["gain"] or 0.0) >= GAIN
         and row["sft_plus_rl_minutes"] <= LIMIT_MINUTES
     )
     return row
@@ -242,8 +243,8 @@ def summary_rows(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "seed": r["seed"],
                 "SFT start (SFT job's evaluation)": f"{r['start_accuracy']:.3f} +- {r['start_stderr']:.3f}",
                 "SFT start (RL job's, step 0)": f"{r['rl_start_accuracy']:.3f} +- {r['rl_start_stderr']:.3f}",
-                "after GRPO": f"{r['rl']['accuracy']:.3f} +- {r['rl']['stderr']:.3f}",
-                "gain": f"{r['gain']:+.3f} +- {r['gain_stderr']:.3f}",
+                "after GRPO": f"{r['rl']['accuracy']:.3f} +- {r['rl']['stderr']:.3f}" if r["gain"] is not None else "not reached",
+                "gain": f"{r['gain']:+.3f} +- {r['gain_stderr']:.3f}" if r["gain"] is not None else "not reached",
                 "further SFT instead (same training time)": f"{c['accuracy']:.3f} +- {c['stderr']:.3f}" if c else "not run",
                 "SFT min": round(r["sft"]["wall_s"] / 60, 1),
                 "RL min": round(r["rl"]["wall_s"] / 60, 1),

@@ -220,3 +220,18 @@ def test_sft_only_adds_the_seeds_sft_curves_beside_the_records_seeds(tmp_path, m
     assert [(r["seed"], r["run"], r["greedy accuracy after each epoch (500 test)"]) for r in written["sft_curves"]] == [
         (2, "SFT", [0.3, 0.5])
     ]
+
+
+def test_a_run_stopped_before_its_last_evaluation_has_no_gain(tmp_path, monkeypatch) -> None:
+    vm = script()
+    curve = [{"epoch": 1, "accuracy": 0.4, "stderr": 0.02}]
+    sft = {"wall_s": 20.0, "epoch_s": [10.0], "curve": curve, "folder": "m"}
+    zero = {"step": 0, "greedy accuracy": 0.42, "stderr": 0.02}
+    rl = {"wall_s": 100.0, "train_s": 90.0, "accuracy": None, "stderr": None, "steps": 170, "test_curve": [zero], "curve": []}
+    monkeypatch.setattr(vm, "run", lambda cmd, log: 0.0)
+    monkeypatch.setattr(vm, "sft", lambda *args, **kwargs: sft)
+    monkeypatch.setattr(vm, "rl", lambda *args, **kwargs: rl)
+    row = vm.one_seed(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", control=False)
+    assert row["gain"] is None and row["met"] is False
+    [summary] = vm.summary_rows([row])
+    assert summary["after GRPO"] == "not reached" and summary["gain"] == "not reached"
