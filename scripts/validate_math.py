@@ -8,8 +8,10 @@ SFT schedule's end learning rate, constant; the train problems' worked solutions
 control's to use: the setting is that only the demonstrations have them). Then, from the first seed's
 SFT folder, the RL stage with Dr. GRPO and with GSPO (same config and budget), and dynamic
 sampling off vs on for 40 steps. Writes benchmarks/results/validate_math.json: every command, the
-SFT curve per epoch, the RL curves (per step, and the test split every 50 steps), the final
-greedy test accuracies with standard errors, wall times, and whether the recipe's targets hold.
+SFT curve per epoch, the RL curves (per step, and the whole test split through the rollout
+engines before the first step, every `eval.test_every_steps` and after the last: its last point
+is the final greedy test accuracy), standard errors, wall times, and whether the recipe's targets
+hold.
 
     python scripts/validate_math.py                     # seeds 1,2, each with the control, then the variants (make validate-math)
     python scripts/validate_math.py --seeds 1 --no-control --no-variants --out FILE --work DIR
@@ -82,10 +84,6 @@ def python(*args: str) -> list[str]:
     return [sys.executable, *args]
 
 
-def stderr(p: float, n: int) -> float:
-    return math.sqrt(p * (1 - p) / n) if n else 0.0
-
-
 def sft(work: Path, name: str, seed: int, start: Path, data: Path, uri: str, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """`rlsvc sft` from `start` on the demonstrations; its command, wall time and per-epoch curve."""
     cmd = python(
@@ -128,7 +126,7 @@ def rl(work: Path, seed: int, folder: str, data: Path, uri: str, name: str = "rl
     wall = run(cmd, work / f"{name}.log")
     [run_dir] = [p for p in out.iterdir() if p.is_dir() and p.name.startswith("math_tiny_rl")]
     result = json.loads((run_dir / "result.json").read_text())
-    final, n = result["eval"].get("strict_accuracy"), int(result["eval"].get("episodes", 0))  # none with eval.episodes=0
+    final, final_se, n = final_point(result)
     acc = dict(history(result, "strict_accuracy"))
     curve = [
         {"step": s, "train strict accuracy (T=1)": round(acc.get(s, float("nan")), 4), "mean return": round(v, 4)}
@@ -148,10 +146,22 @@ def rl(work: Path, seed: int, folder: str, data: Path, uri: str, name: str = "rl
         "startup_s": round(result["startup_s"], 1),
         "train_s": round(result["train_s"], 1),
         "accuracy": final,
-        "stderr": round(stderr(final, n), 4) if final is not None else None,
+        "stderr": final_se,
         "problems": n,
         "curve": curve,
     }
+
+
+def final_point(result: dict[str, Any]) -> tuple[float | None, float | None, int]:
+    """The final weights' greedy test accuracy, its standard error and the problems answered: the
+    test-split curve's last point (`eval.test_every_steps`, through the rollout engines), when it
+    is at the run's last step (a run stopped early by its time budget has none there). None
+    without a curve (`eval.test_every_steps=0`)."""
+    curve = result.get("test_eval")
+    if not curve or not curve["steps"] or curve["steps"][-1] != result["steps"]:
+        return None, None, 0
+    last = curve["last"]
+    return round(last["greedy_accuracy"], 4), round(last["greedy_accuracy_stderr"], 4), int(last["problems"])
 
 
 # per-step metrics whose mean over the steps the record keeps (dynamic sampling's effect)
@@ -176,36 +186,48 @@ def plateaued(curve: list[dict[str, Any]]) -> bool:
     return curve[-1]["accuracy"] <= max(c["accuracy"] for c in curve[:-1]) + curve[-1]["stderr"]
 
 
-def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict[str, Any]:
+def start_and_sft(work: Path, seed: int, data: Path, uri: str) -> dict[str, Any]:
+    """The seed's tiny start checkpoint, then the SFT stage from it (a seed row's first parts)."""
     start = work / "start"
     make = python(
         "-m", "rlsvc.models.make_tiny_hf", *MODEL, "--seed", str(seed), "--corpus", str(data / "train.jsonl"), "--out", str(start)
     )
     make_s = run(make, work / "make_tiny_hf.log")
-    s = sft(work, "sft", seed, start, data, uri)
-    r = rl(work, seed, s["folder"], data, uri)
-    begin = s["curve"][-1]
-    row: dict[str, Any] = {
+    return {
         "seed": seed,
         "make_tiny_hf": {"command": shlex.join(make), "wall_s": round(make_s, 1)},
-        "sft": s,
+        "sft": sft(work, "sft", seed, start, data, uri),
+    }
+
+
+def one_seed(work: Path, seed: int, data: Path, uri: str, control: bool) -> dict[str, Any]:
+    row: dict[str, Any] = start_and_sft(work, seed, data, uri)
+    s = row["sft"]
+    r = rl(work, seed, s["folder"], data, uri)
+    begin, [zero] = s["curve"][-1], [c for c in r["test_curve"] if c["step"] == 0]
+    row |= {
         "rl": r,
+        # the SFT job's own evaluation of its folder (transformers, in its driver) ...
         "start_accuracy": begin["accuracy"],
         "start_stderr": begin["stderr"],
-        "gain": round(r["accuracy"] - begin["accuracy"], 4),
-        "gain_stderr": round(math.hypot(r["stderr"], begin["stderr"]), 4),
+        # ... and the RL job's of the same folder before its first step (vLLM), the point the gain
+        # is counted from: the final accuracy is the same evaluation's, of the last weights
+        "rl_start_accuracy": zero["greedy accuracy"],
+        "rl_start_stderr": zero["stderr"],
+        # none when the run stopped before its last step's evaluation
+        "gain": None if r["accuracy"] is None else round(r["accuracy"] - zero["greedy accuracy"], 4),
+        "gain_stderr": None if r["stderr"] is None else round(math.hypot(r["stderr"], zero["stderr"]), 4),
         "sft_plus_rl_minutes": round((s["wall_s"] + r["wall_s"]) / 60, 2),
     }
     if control:  # the RL stage's training time spent on further SFT instead, whole epochs, from the same folder
-        # (its steps and evaluations during training: not its start-up or its final 500-problem
-        # evaluation, one answer at a time, which took 20 minutes on the loaded machine)
+        # (its steps and test-split evaluations: not its start-up)
         epochs = max(1, round(r["train_s"] / (sum(s["epoch_s"]) / len(s["epoch_s"]))))
         c = sft(work, "sft_more", seed, Path(s["folder"]), data, uri, (f"sft.epochs={epochs}", *CONTROL_LR))
         row["control"] = {**c, "accuracy": c["curve"][-1]["accuracy"], "stderr": c["curve"][-1]["stderr"]}
     row["met"] = bool(
         START[0] <= begin["accuracy"] <= START[1]
         and plateaued(s["curve"])
-        and row["gain"] >= GAIN
+        and (row["gain"] or 0.0) >= GAIN
         and row["sft_plus_rl_minutes"] <= LIMIT_MINUTES
     )
     return row
@@ -219,9 +241,10 @@ def summary_rows(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "seed": r["seed"],
-                "SFT start (greedy, 500 test)": f"{r['start_accuracy']:.3f} +- {r['start_stderr']:.3f}",
-                "after GRPO": f"{r['rl']['accuracy']:.3f} +- {r['rl']['stderr']:.3f}",
-                "gain": f"{r['gain']:+.3f} +- {r['gain_stderr']:.3f}",
+                "SFT start (SFT job's evaluation)": f"{r['start_accuracy']:.3f} +- {r['start_stderr']:.3f}",
+                "SFT start (RL job's, step 0)": f"{r['rl_start_accuracy']:.3f} +- {r['rl_start_stderr']:.3f}",
+                "after GRPO": f"{r['rl']['accuracy']:.3f} +- {r['rl']['stderr']:.3f}" if r["gain"] is not None else "not reached",
+                "gain": f"{r['gain']:+.3f} +- {r['gain_stderr']:.3f}" if r["gain"] is not None else "not reached",
                 "further SFT instead (same training time)": f"{c['accuracy']:.3f} +- {c['stderr']:.3f}" if c else "not run",
                 "SFT min": round(r["sft"]["wall_s"] / 60, 1),
                 "RL min": round(r["rl"]["wall_s"] / 60, 1),
@@ -260,11 +283,11 @@ def rl_curves(seeds: list[dict[str, Any]], spans: int = 6) -> list[dict[str, Any
 
 
 def test_row(r: dict[str, Any]) -> dict[str, Any]:
-    """An RL run's test-split curve as one row: greedy accuracy on the fixed 200 problems at each
-    evaluation's step, then the final checkpoint's on all 500 (+- one s.e.)."""
+    """An RL run's test-split curve as one row: greedy accuracy on the test problems at each
+    evaluation's step, then the last one's again with its standard error (the final weights)."""
     row: dict[str, Any] = {f"step {c['step']}": c["greedy accuracy"] for c in r["test_curve"]}
     final = f"{r['accuracy']:.3f} +- {r['stderr']:.3f}" if r["accuracy"] is not None else "not run"
-    return {**row, "final (500)": final, "steps": r["steps"], "RL min": round(r["wall_s"] / 60, 1)}
+    return {**row, "final": final, "steps": r["steps"], "RL min": round(r["wall_s"] / 60, 1)}
 
 
 def rl_test_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -272,20 +295,21 @@ def rl_test_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"seed": r["seed"], "SFT start (500)": f"{r['start_accuracy']:.3f}", **test_row(r["rl"])} for r in seeds]
 
 
-def variants(work: Path, seed: int, data: Path, uri: str, finished_only: bool = False) -> dict[str, Any]:
-    """From the seed's SFT folder: dynamic sampling off and on for `DYNAMIC_STEPS` steps, no
-    evaluations, and the RL stage again with each other loss (same config, steps and time
-    budget). `finished_only`: run nothing, take the stages an earlier run finished."""
+def variants(work: Path, seed: int, data: Path, uri: str, finished_only: bool = False, dynamic: bool = True) -> dict[str, Any]:
+    """From the seed's SFT folder: the RL stage again with each other loss (same config and step
+    budget), then (`dynamic`) dynamic sampling off and on for `DYNAMIC_STEPS` steps, no
+    evaluations. `finished_only`: run nothing, take the stages an earlier run finished."""
     folder = json.loads((work / "sft" / "result.json").read_text())["model_dir"]
-    stages = {f"rl_dynamic_{on}": (*SHORT, f"grpo.dynamic_sampling={on}") for on in ("false", "true")}
-    stages |= {f"rl_{loss}": (f"grpo.loss={loss}",) for loss in LOSSES}
+    stages = {f"rl_{loss}": (f"grpo.loss={loss}",) for loss in LOSSES}
+    if dynamic:
+        stages |= {f"rl_dynamic_{on}": (*SHORT, f"grpo.dynamic_sampling={on}") for on in ("false", "true")}
     runs = {
         name: rl(work, seed, folder, data, uri, name, extra)
         for name, extra in stages.items()
         if not finished_only or (work / f"{name}.done").exists()
     }
-    dynamic = {on: runs[f"rl_dynamic_{on}"] for on in ("false", "true") if f"rl_dynamic_{on}" in runs}
-    return {"seed": seed, "losses": {loss: runs[f"rl_{loss}"] for loss in LOSSES if f"rl_{loss}" in runs}, "dynamic_sampling": dynamic}
+    played = {on: runs[f"rl_dynamic_{on}"] for on in ("false", "true") if f"rl_dynamic_{on}" in runs}
+    return {"seed": seed, "losses": {loss: runs[f"rl_{loss}"] for loss in LOSSES if f"rl_{loss}" in runs}, "dynamic_sampling": played}
 
 
 def variant_tables(v: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, Any]:
@@ -310,10 +334,14 @@ def variant_tables(v: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, 
         }
         for on, r in v["dynamic_sampling"].items()
     ]
-    return {"loss_curves": losses, "dynamic_sampling": dynamic, "variants": v}
+    return {"loss_curves": losses, **({"dynamic_sampling": dynamic} if dynamic else {}), "variants": v}
 
 
-def record(results: list[dict[str, Any]], generate: list[str], generate_s: float) -> dict[str, Any]:
+def record(
+    results: list[dict[str, Any]], generate: list[str], generate_s: float, sft_only: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The results file: the seeds that ran every stage, and (`sft_only`) seeds whose start and
+    SFT stage ran alone (`--sft-only`), in the SFT curves' table."""
     return {
         "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": f"{os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}",
@@ -321,10 +349,11 @@ def record(results: list[dict[str, Any]], generate: list[str], generate_s: float
         "generate": {"command": shlex.join(generate), "wall_s": round(generate_s, 1)},
         "targets": {"start": list(START), "gain": GAIN, "sft_plus_rl_minutes": LIMIT_MINUTES},
         "summary": summary_rows(results),
-        "sft_curves": sft_curves(results),
+        "sft_curves": sft_curves([*results, *(sft_only or [])]),
         "rl_curves": rl_curves(results),
         "rl_test_curves": rl_test_curves(results),
         "seeds": results,
+        **({"sft_only": sft_only} if sft_only else {}),
         "met": bool(results) and all(r["met"] for r in results),
     }
 
@@ -351,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-variants", action="store_true", help="skip Dr. GRPO, GSPO and dynamic sampling (else on the first seed)")
     p.add_argument("--variants-only", action="store_true", help="only the variants, from --work's finished first seed, into --out")
     p.add_argument("--finished-only", action="store_true", help="with --variants-only: run nothing, record the variants --work finished")
+    p.add_argument("--sft-only", action="store_true", help="only the seeds' start and SFT stage, added to --out's record beside its seeds")
+    p.add_argument("--no-dynamic", action="store_true", help="the variants without dynamic sampling's off/on runs (the losses only)")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     work = args.work.resolve()
@@ -358,11 +389,11 @@ def main(argv: list[str] | None = None) -> int:
         old = json.loads(args.out.read_text())
         uri = f"sqlite:///{work / 'mlflow.db'}"
         v = (
-            variants(work / f"seed{seeds[0]}", seeds[0], work / "data", uri, args.finished_only)
+            variants(work / f"seed{seeds[0]}", seeds[0], work / "data", uri, args.finished_only, not args.no_dynamic)
             if args.variants_only
             else old.get("variants")
         )
-        rec = {**record(old["seeds"], [], 0.0), "measured": old["measured"], "generate": old["generate"]}
+        rec = {**record(old["seeds"], [], 0.0, old.get("sft_only")), "measured": old["measured"], "generate": old["generate"]}
         write(args.out, rec | (variant_tables(v, old["seeds"]) if v else {}))
         return 0
     if work.exists() and any(work.iterdir()) and not args.resume:
@@ -371,6 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     generate = python("-m", "rlsvc.reasoning.generate", "--out", str(data), *GENERATE)
     generate_s = run(generate, work / "generate.log")
     uri = f"sqlite:///{work / 'mlflow.db'}"
+    if args.sft_only:
+        old = json.loads(args.out.read_text()) if args.out.exists() else {"seeds": []}
+        rows = [start_and_sft(work / f"seed{seed}", seed, data, uri) for seed in seeds]
+        write(args.out, record(old["seeds"], generate, generate_s, rows))
+        return 0
     results: list[dict[str, Any]] = []
     for seed in seeds:  # the file is rewritten after each seed: a cut-short run keeps what it measured
         control = not args.no_control and (args.control_seeds is None or str(seed) in args.control_seeds.split(","))
@@ -378,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         write(args.out, record(results, generate, generate_s))
     rec = record(results, generate, generate_s)
     if not args.no_variants:
-        rec |= variant_tables(variants(work / f"seed{seeds[0]}", seeds[0], data, uri), results)
+        rec |= variant_tables(variants(work / f"seed{seeds[0]}", seeds[0], data, uri, dynamic=not args.no_dynamic), results)
         write(args.out, rec)
     for row in rec["summary"]:
         print(row)

@@ -54,7 +54,10 @@ def test_rl_shows_the_prompt_sft_taught_and_fits_the_longest_solution(recipe) ->
 
     sft, rl = load_sft_config(SFT), load_config(RL)
     assert rl.env.prompt == sft.prompt and rl.model.source == "hf" and rl.env.reward == "strict" and rl.env.format_reward == 0
-    assert rl.grpo.group_size == 8 and rl.rollout.temperature == 1.0 and rl.eval.episodes >= 500
+    assert rl.grpo.group_size == 8 and rl.rollout.temperature == 1.0
+    # the final accuracy is the test-split curve's last point on the whole split, the run a step budget
+    assert rl.eval.test_every_steps > 0 and rl.eval.test_problems == 0 and rl.eval.episodes == 0
+    assert rl.run.time_budget_minutes is None and rl.run.steps % rl.eval.test_every_steps == 0
     tok = AutoTokenizer.from_pretrained(str(recipe["start"]))
     rows = [json.loads(line) for split in ("train", "test") for line in (recipe["data"] / f"{split}.jsonl").read_text().splitlines()]
     longest = max(len(tok.encode(r["answer"], add_special_tokens=False)) + 1 for r in rows)  # + eos
@@ -111,7 +114,7 @@ def test_the_variant_tables_put_each_loss_beside_grpo() -> None:
     seeds = [{"seed": 1, "rl": run(0.5, 10.0)}]
     v = {"seed": 1, "losses": {"dr_grpo": run(0.45, 0.0)}, "dynamic_sampling": {"false": run(0.0, 20.0), "true": run(0.0, 50.0)}}
     tables = vm.variant_tables(v, seeds)
-    assert [(r["loss"], r["step 50"], r["final (500)"]) for r in tables["loss_curves"]] == [
+    assert [(r["loss"], r["step 50"], r["final"]) for r in tables["loss_curves"]] == [
         ("grpo", 0.5, "0.500 +- 0.020"),
         ("dr_grpo", 0.45, "0.450 +- 0.020"),
     ]
@@ -169,9 +172,66 @@ def test_the_control_fills_the_rl_stages_training_time_not_its_wall_time(tmp_pat
         extras.append(extra)
         return {"wall_s": 20.0, "epoch_s": [10.0, 10.0], "curve": curve, "folder": "m"}
 
-    rl = {"wall_s": 1000.0, "train_s": 100.0, "accuracy": 0.5, "stderr": 0.02, "steps": 10}
+    zero = {"step": 0, "greedy accuracy": 0.42, "stderr": 0.02}
+    rl = {"wall_s": 1000.0, "train_s": 100.0, "accuracy": 0.5, "stderr": 0.02, "steps": 10, "test_curve": [zero]}
     monkeypatch.setattr(vm, "run", lambda cmd, log: 0.0)
     monkeypatch.setattr(vm, "sft", sft)
     monkeypatch.setattr(vm, "rl", lambda *args, **kwargs: rl)
     row = vm.one_seed(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", control=True)
     assert extras[1][0] == "sft.epochs=10" and row["control"]["accuracy"] == 0.4
+    # the gain is counted from the RL job's own evaluation of the SFT folder (step 0), the final's evaluator
+    assert row["start_accuracy"] == 0.4 and row["rl_start_accuracy"] == 0.42 and row["gain"] == pytest.approx(0.08)
+
+
+@pytest.mark.parametrize(
+    ("steps", "final"),
+    [([0, 25, 50], (0.61, 0.0218, 500)), ([0, 25], (None, None, 0)), ([], (None, None, 0))],
+)
+def test_the_final_accuracy_is_the_test_curves_point_at_the_last_step(steps, final) -> None:
+    """A run that stopped before its last step's evaluation (a time budget) has no final accuracy."""
+    last = {"greedy_accuracy": 0.61, "greedy_accuracy_stderr": 0.02181, "problems": 500}
+    result = {"steps": 50, "eval": {}, "test_eval": {"steps": steps, "last": last}}
+    assert script().final_point(result) == final
+    assert script().final_point({"steps": 50, "eval": {}, "test_eval": None}) == (None, None, 0)
+
+
+def test_no_dynamic_runs_the_losses_only(tmp_path, monkeypatch) -> None:
+    vm, names = script(), []
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "result.json").write_text(json.dumps({"model_dir": "m"}))
+    monkeypatch.setattr(vm, "rl", lambda work, seed, folder, data, uri, name, extra: names.append(name) or {"name": name})
+    v = vm.variants(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", dynamic=False)
+    assert names == ["rl_dr_grpo", "rl_gspo"] and v["dynamic_sampling"] == {} and list(v["losses"]) == ["dr_grpo", "gspo"]
+    names.clear()
+    vm.variants(tmp_path, 1, tmp_path / "data", "sqlite:///x.db")
+    assert names == ["rl_dr_grpo", "rl_gspo", "rl_dynamic_false", "rl_dynamic_true"]
+
+
+def test_sft_only_adds_the_seeds_sft_curves_beside_the_records_seeds(tmp_path, monkeypatch) -> None:
+    vm, written = script(), {}
+    curve = [{"epoch": 1, "accuracy": 0.3, "stderr": 0.02}, {"epoch": 2, "accuracy": 0.5, "stderr": 0.02}]
+    out = tmp_path / "out.json"
+    out.write_text(json.dumps({"seeds": []}))
+    monkeypatch.setattr(vm, "run", lambda cmd, log: 0.0)
+    monkeypatch.setattr(vm, "sft", lambda work, name, seed, start, data, uri, extra=(): {"curve": curve, "folder": "m", "wall_s": 1.0})
+    monkeypatch.setattr(vm, "write", lambda path, rec: written.update(rec))
+    assert vm.main(["--seeds", "2", "--sft-only", "--resume", "--work", str(tmp_path / "w"), "--out", str(out)]) == 0
+    assert [r["seed"] for r in written["sft_only"]] == [2] and written["seeds"] == [] and written["summary"] == []
+    assert [(r["seed"], r["run"], r["greedy accuracy after each epoch (500 test)"]) for r in written["sft_curves"]] == [
+        (2, "SFT", [0.3, 0.5])
+    ]
+
+
+def test_a_run_stopped_before_its_last_evaluation_has_no_gain(tmp_path, monkeypatch) -> None:
+    vm = script()
+    curve = [{"epoch": 1, "accuracy": 0.4, "stderr": 0.02}]
+    sft = {"wall_s": 20.0, "epoch_s": [10.0], "curve": curve, "folder": "m"}
+    zero = {"step": 0, "greedy accuracy": 0.42, "stderr": 0.02}
+    rl = {"wall_s": 100.0, "train_s": 90.0, "accuracy": None, "stderr": None, "steps": 170, "test_curve": [zero], "curve": []}
+    monkeypatch.setattr(vm, "run", lambda cmd, log: 0.0)
+    monkeypatch.setattr(vm, "sft", lambda *args, **kwargs: sft)
+    monkeypatch.setattr(vm, "rl", lambda *args, **kwargs: rl)
+    row = vm.one_seed(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", control=False)
+    assert row["gain"] is None and row["met"] is False
+    [summary] = vm.summary_rows([row])
+    assert summary["after GRPO"] == "not reached" and summary["gain"] == "not reached"
