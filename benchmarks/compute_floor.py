@@ -23,7 +23,6 @@ Results: benchmarks/results/compute_floor.json, and its table in compute_floor.m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -34,6 +33,7 @@ from typing import Any
 
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import TRAINING_ONLY, metric_histories, run_job
+from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR / "compute_floor.json"
 
@@ -190,9 +190,7 @@ def main() -> None:
         "steps_identical": min(p["steps_identical"] for p in pairs),
         "pairs": pairs,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
-    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    data = write_result(RESULTS, data, markdown)  # the docs include the table
     print(markdown(data))
 
 

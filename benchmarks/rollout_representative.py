@@ -45,6 +45,7 @@ from typing import Any
 
 from benchmarks import RESULTS_DIR
 from benchmarks.pairs import alternate, spread
+from benchmarks.provenance import write_result
 from benchmarks.rollout_throughput import THREADS, worker_env
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -254,9 +255,7 @@ def main() -> None:
         measured = race(folder, calls, args.pairs, args.warmup, args.max_len, extra=lambda w: prompt_phase(w, args, vocab, args.pairs))
     prompts = measured.pop("extra")
     data = {"args": vars(args), **measured, "prompt_phase": prompts}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
-    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    data = write_result(RESULTS, data, markdown)  # the docs include the table
     print(markdown(data))
 
 

@@ -36,7 +36,6 @@ Results: a Markdown table on stdout and benchmarks/results/vs_trl.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -46,6 +45,7 @@ from typing import Any
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import TRAINING_ONLY, run_job
 from benchmarks.pairs import spread
+from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR / "vs_trl.json"
 THEN_STICK_AT = 17
@@ -326,8 +326,7 @@ def main() -> None:
         "time_to_target_ratio": trl["time_to_target_s"] / min(reached) if reached and trl["time_to_target_s"] else None,
     }
     data = {"args": vars(args), "rows": rows, **summary}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
+    data = write_result(RESULTS, data)
     print(markdown(data))
 
 

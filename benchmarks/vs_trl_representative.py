@@ -50,7 +50,6 @@ Results: a Markdown table on stdout and benchmarks/results/vs_trl_representative
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -61,6 +60,7 @@ from types import SimpleNamespace
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import TRAINING_ONLY, metric_sums, run_job
 from benchmarks.pairs import spread
+from benchmarks.provenance import write_result
 from benchmarks.rollout_representative import MODEL
 from benchmarks.vs_trl import TRL, add_modes_argument, grpo_config, selected_modes
 
@@ -249,9 +249,7 @@ def main() -> None:
         "samples_per_s_ratio_spread": spread(per_round),
     }
     path = RESULTS.with_name(f"vs_trl_representative_{args.label}.json") if args.label else RESULTS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
-    path.with_suffix(".md").write_text(markdown(data) + "\n")
+    data = write_result(path, data, markdown)
     print(markdown(data))
 
 
