@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks.provenance import commit_note, cpu_kind, machine, provenance
+from benchmarks.targets import target_rows
 
 __all__ = ["SUITE", "checks", "cpu_kind", "machine", "markdown"]
 
@@ -60,7 +61,7 @@ SUITE = [
     ),
     Bench(
         "rollout_rep",
-        "Rollout throughput, representative: 28M-parameter model, GRPO groups sharing prompts, varied lengths",
+        "Rollout throughput, representative: 8-layer Qwen3 (dim 512), GRPO groups sharing prompts, varied lengths, against eager HF generate",
         "rollout_representative",
         ["--pairs", "5"],
         "--pairs 1 --warmup 0 --groups 2 --group-size 4 --prompt-tokens 40 --max-len 24 --layers 2".split(),
@@ -127,7 +128,7 @@ SUITE = [
     ),
     Bench(
         "trl_rep",
-        "rlsvc vs TRL GRPOTrainer at a representative size: 28M-parameter Qwen3, multi-token answers",
+        "rlsvc vs TRL GRPOTrainer at a representative size: 8-layer Qwen3 (dim 512), multi-token answers",
         "vs_trl_representative",
         # The synchronous loop only: five rounds of three jobs would not fit the suite's 40
         # minutes, and at this size the two loops came within 7% of each other in every
@@ -163,128 +164,9 @@ RESULT_FILES = {
 
 
 def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
-    """(target, measured, met) for each of the suite's targets; met None when not measured."""
-    return [(target, measured, met) for _, target, measured, met in target_rows(results)]
-
-
-def target_rows(results: dict[str, dict]) -> list[tuple[str, str, str, bool | None]]:
-    """(benchmark, target, measured, met) for each of the suite's targets: `checks` with the name
-    of the benchmark that measured each, whose result says which commit it ran."""
-    out: list[tuple[str, str, str, bool | None]] = []
-
-    def add(bench: str, check: tuple[str, str, bool | None]) -> None:
-        out.append((bench, *check))
-
-    rep = results.get("rollout_rep", {}).get("data")
-    add(
-        "rollout_rep",
-        (
-            "rollout useful tokens/s >= 3x HF generate (representative: 28M parameters, GRPO groups, varied lengths)",
-            f"{rep['ratio']['median']:.2f}x ({rep['ratio']['min']:.2f}-{rep['ratio']['max']:.2f})" if rep else "not measured",
-            rep["ratio"]["median"] >= 3 if rep else None,
-        ),
-    )
-    reasoning = results.get("rollout_reasoning", {}).get("data")
-    add(
-        "rollout_reasoning",
-        (
-            "rollout useful tokens/s >= 3x HF generate (reasoning recipe: tiny Qwen3, generated problems' prompts, worked-solution lengths, a GRPO step's groups)",
-            f"{reasoning['ratio']['median']:.2f}x ({reasoning['ratio']['min']:.2f}-{reasoning['ratio']['max']:.2f})"
-            if reasoning
-            else "not measured",
-            reasoning["ratio"]["median"] >= 3 if reasoning else None,
-        ),
-    )
-    trl = results.get("trl", {}).get("data")
-    add(
-        "trl",
-        (
-            "samples/s >= 1.2x TRL GRPOTrainer, tiny single-turn BlackJack (alternating rounds, median)",
-            (
-                f"{trl['samples_per_s_ratio']:.2f}x"
-                + (
-                    f" ({trl['samples_per_s_ratio_spread']['min']:.2f}-{trl['samples_per_s_ratio_spread']['max']:.2f})"
-                    if "samples_per_s_ratio_spread" in trl
-                    else ""
-                )
-            )
-            if trl
-            else "not measured",
-            trl["samples_per_s_ratio"] >= 1.2 if trl else None,
-        ),
-    )
-    rep_trl = results.get("trl_rep", {}).get("data")
-    add(
-        "trl_rep",
-        (
-            "samples/s >= 2x TRL GRPOTrainer, representative size (28M parameters, multi-token answers; faster rlsvc mode, alternating rounds, median)",
-            f"{rep_trl['samples_per_s_ratio']:.2f}x ({rep_trl['samples_per_s_ratio_spread']['min']:.2f}-"
-            f"{rep_trl['samples_per_s_ratio_spread']['max']:.2f})"
-            if rep_trl
-            else "not measured",
-            rep_trl["samples_per_s_ratio"] >= 2 if rep_trl else None,
-        ),
-    )
-    anatomy = results.get("anatomy", {}).get("data")
-    sync = anatomy["rows"].get("sync") if anatomy else None
-    add(
-        "anatomy",
-        (
-            "orchestration overhead <= 10% of step time (default config, sync)",
-            f"{sync['overhead']:.1%}" if sync else "not measured",
-            sync["overhead"] <= 0.10 if sync else None,
-        ),
-    )
-    speedup = results.get("speedup", {}).get("data")
-    add(
-        "speedup",
-        (
-            "default sync step >= 1.5x faster than before issue 17 (alternating pairs, median)",
-            f"{speedup['ratio']['median']:.2f}x ({speedup['ratio']['min']:.2f}-{speedup['ratio']['max']:.2f})"
-            if speedup
-            else "not measured",
-            speedup["ratio"]["median"] >= 1.5 if speedup else None,
-        ),
-    )
-    async_ = results.get("async", {}).get("data")
-    async_extra = " ".join(async_["args"].get("extra", [])) if async_ else ""  # settings both modes share
-    add(
-        "async",
-        (
-            "asynchronous >= 1.5x synchronous episodes/s, 50 ms env latency, max_staleness=1 ("
-            + (f"both modes with `{async_extra}`; " if async_extra else "")
-            + "alternating pairs, median)",
-            f"{async_['ratio']['median']:.2f}x ({async_['ratio']['min']:.2f}-{async_['ratio']['max']:.2f})" if async_ else "not measured",
-            async_["ratio"]["median"] >= 1.5 if async_ else None,
-        ),
-    )
-    floor = results.get("floor", {}).get("data")
-    add(
-        "floor",
-        (
-            "orchestration overhead vs the compute floor (reported)",
-            f"{floor['overhead_vs_floor']:.0%}" if floor else "not measured",
-            None,
-        ),
-    )
-    sync_rows = results.get("weight_sync", {}).get("data")
-    if sync_rows:
-        from benchmarks.weight_sync import latest_rows
-
-        rows = [r for r in latest_rows(sync_rows) if round(r["params_m"]) >= 100]
-        best = min(
-            (max(r["ratio_to_memcpy"] for r in rows if round(r["params_m"]) == s) for s in {round(r["params_m"]) for r in rows}),
-            default=None,
-        )
-        add(
-            "weight_sync",
-            (
-                "best weight-sync transport >= 50% of memcpy (100M and 500M)",
-                f"{best:.0%}" if best is not None else "not measured",
-                best >= 0.5 if best is not None else None,
-            ),
-        )
-    return out
+    """(target, measured, met) for each of the suite's targets (benchmarks/targets.py); met None
+    when not measured or only reported."""
+    return [(row.target, row.measured, row.met) for _, row in target_rows(results)]
 
 
 def result_commit(result: dict | None) -> str:
@@ -302,12 +184,13 @@ def markdown(results: dict[str, dict], quick: bool, started: str, total_s: float
         f"Measured {started} on {host}; the benchmarks below took {total_s / 60:.1f} min"
         + (" (`--quick`: a smoke run, not a measurement)" if quick else "")
         + ". Each row names the commit its benchmark ran.\n",
-        "| target | measured | met | commit |",
-        "|---|---|---|---|",
+        "| target | measured: median (min-max) | met | not like for like, or less than it seems | commit |",
+        "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {target} | {measured} | {'yes' if met else 'no' if met is not None else '-'} | {result_commit(results.get(bench))} |"
-        for bench, target, measured, met in target_rows(results)
+        f"| {row.target} | {row.measured} | {'yes' if row.met else 'no' if row.met is not None else '-'} | {row.caveat or '-'} "
+        f"| {result_commit(results.get(bench))} |"
+        for bench, row in target_rows(results)
     ]
     for bench in SUITE:
         r = results.get(bench.name)

@@ -102,9 +102,11 @@ def test_latest_md_names_each_rows_commit() -> None:
         },
     }
     text = markdown(results, quick=False, started="2026-01-01 00:00 UTC", total_s=60.0, on="here")
-    assert "| target | measured | met | commit |" in text
-    assert "| orchestration overhead vs the compute floor (reported) | 36% | - | commit 1234567 |" in text
+    assert "| target | measured: median (min-max) | met | not like for like, or less than it seems | commit |" in text
+    assert "| orchestration overhead vs the compute floor (reported) | 36% (30%-40%) | - | the floor ran first in every pair" in text
+    assert "before 2026-12-07) | commit 1234567 |" in text
     assert "| commit not recorded |" in text  # the TRL sample predates provenance
-    assert "synchronous episodes/s" in text and "| not measured | - | commit feedbee with uncommitted changes |" in text
+    assert "synchronous episodes/s" in text and "| not measured | - | - | commit feedbee with uncommitted changes |" in text
     assert "(9 s on elsewhere, commit 1234567)" in text  # a benchmark run on another host says so
-    assert "rollout useful tokens/s >= 3x HF generate (representative" in text and "| not measured | - | not measured |" in text
+    assert "rollout useful tokens/s >= 3x eager HF generate (representative" in text and "| not measured | - | - | not measured |" in text
+    assert "LoRA weight sync: target to be set at merge | not measured |" in text  # placeholders the lead fills at merge
