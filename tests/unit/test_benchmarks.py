@@ -537,3 +537,32 @@ def test_compute_floor_flips_its_order_every_pair(monkeypatch, tmp_path) -> None
     assert order == ["floor", "job", "job", "floor", "floor", "job"]
     text = (tmp_path / "compute_floor.md").read_text()
     assert "the order flipped every pair" in text and "| overhead vs the floor: (job - floor) / job, per pair | 50% (50%-50%) |" in text
+
+
+def test_async_seeds_summarises_the_final_returns_over_seeds() -> None:
+    """Per seed the final returns and their difference, then the mean difference with a 95%
+    interval over the seeds (Student's t), the seed read from each run's --extra."""
+    from benchmarks.async_seeds import markdown as seeds_table
+    from benchmarks.async_seeds import seed_of, summarize
+
+    def run(seed: int | None, sync: float, asyn: float) -> dict:
+        extra = ["rollout.slot_groups=3", *([f"run.seed={seed}"] if seed is not None else [])]
+        return {
+            "args": {"extra": extra, "steps": 30},
+            "sync_final_return": {"median": sync},
+            "async_final_return": {"median": asyn},
+            "ratio": {"median": 1.5},
+            "pairs": [{}],
+        }
+
+    runs = [run(None, -0.10, -0.12), run(1, -0.13, -0.10), run(2, -0.10, -0.16)]
+    assert [seed_of(r) for r in runs] == [0, 1, 2]
+    data = summarize(runs)
+    diffs = [-0.02, 0.03, -0.06]
+    assert [round(r["async_minus_sync"], 10) for r in data["rows"]] == diffs
+    mean = sum(diffs) / 3
+    half = 4.303 * (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5 / 3**0.5
+    assert abs(data["mean_async_minus_sync"] - mean) < 1e-12 and abs(data["interval95"][1] - (mean + half)) < 1e-12
+    text = seeds_table(data)
+    assert "| 1 | -0.1300 | -0.1000 | +0.0300 | 1.50x |" in text and "Over 3 seeds, async - sync: mean -0.0167, 95% interval [" in text
+    assert summarize([runs[0], run(0, -0.2, -0.2)])["rows"][0]["sync_final_return"] == -0.2  # a later run of a seed replaces it
