@@ -355,7 +355,7 @@ def main() -> None:
         row["time_to_target_s"] = statistics.median(reached) if reached else None
         row["reached"] = len(reached)
         row["samples_per_s_spread"] = spread([r["samples_per_s"] for r in row["runs"]])
-    data = {"args": vars(args), "rows": rows, "start_val_returns": start_returns, "stick_at_17_val_return": stick_return}
+    data: dict = {"args": vars(args), "rows": rows, "start_val_returns": start_returns, "stick_at_17_val_return": stick_return}
     data["by_mode"] = by_mode(data)
     headline = data["by_mode"][headline_mode(data)]
     data.update(
