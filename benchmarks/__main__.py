@@ -19,7 +19,6 @@ import argparse
 import importlib
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -28,7 +27,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
+from benchmarks.provenance import commit_note, cpu_kind, machine, provenance
+from benchmarks.targets import target_rows
+
+__all__ = ["SUITE", "checks", "cpu_kind", "machine", "markdown"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).parent / "results"
@@ -59,7 +61,7 @@ SUITE = [
     ),
     Bench(
         "rollout_rep",
-        "Rollout throughput, representative: 28M-parameter model, GRPO groups sharing prompts, varied lengths",
+        "Rollout throughput, representative: 8-layer Qwen3 (dim 512), GRPO groups sharing prompts, varied lengths, against eager HF generate",
         "rollout_representative",
         ["--pairs", "5"],
         "--pairs 1 --warmup 0 --groups 2 --group-size 4 --prompt-tokens 40 --max-len 24 --layers 2".split(),
@@ -134,7 +136,7 @@ SUITE = [
     ),
     Bench(
         "trl_rep",
-        "rlsvc vs TRL GRPOTrainer at a representative size: 28M-parameter Qwen3, multi-token answers",
+        "rlsvc vs TRL GRPOTrainer at a representative size: 8-layer Qwen3 (dim 512), multi-token answers",
         "vs_trl_representative",
         # The synchronous loop only: five rounds of three jobs would not fit the suite's 40
         # minutes, and at this size the two loops came within 7% of each other in every
@@ -171,152 +173,42 @@ RESULT_FILES = {
 
 
 def checks(results: dict[str, dict]) -> list[tuple[str, str, bool | None]]:
-    """(target, measured, met) for each of the suite's targets; met None when not measured."""
-    out: list[tuple[str, str, bool | None]] = []
-    rep = results.get("rollout_rep", {}).get("data")
-    out.append(
-        (
-            "rollout useful tokens/s >= 3x HF generate (representative: 28M parameters, GRPO groups, varied lengths)",
-            f"{rep['ratio']['median']:.2f}x ({rep['ratio']['min']:.2f}-{rep['ratio']['max']:.2f})" if rep else "not measured",
-            rep["ratio"]["median"] >= 3 if rep else None,
-        )
-    )
-    reasoning = results.get("rollout_reasoning", {}).get("data")
-    out.append(
-        (
-            "rollout useful tokens/s >= 3x HF generate (reasoning recipe: tiny Qwen3, generated problems' prompts, worked-solution lengths, a GRPO step's groups)",
-            f"{reasoning['ratio']['median']:.2f}x ({reasoning['ratio']['min']:.2f}-{reasoning['ratio']['max']:.2f})"
-            if reasoning
-            else "not measured",
-            reasoning["ratio"]["median"] >= 3 if reasoning else None,
-        )
-    )
-    trl = results.get("trl", {}).get("data")
-    out.append(
-        (
-            "samples/s >= 1.2x TRL GRPOTrainer, tiny single-turn BlackJack (alternating rounds, median)",
-            (
-                f"{trl['samples_per_s_ratio']:.2f}x"
-                + (
-                    f" ({trl['samples_per_s_ratio_spread']['min']:.2f}-{trl['samples_per_s_ratio_spread']['max']:.2f})"
-                    if "samples_per_s_ratio_spread" in trl
-                    else ""
-                )
-            )
-            if trl
-            else "not measured",
-            trl["samples_per_s_ratio"] >= 1.2 if trl else None,
-        )
-    )
-    rep_trl = results.get("trl_rep", {}).get("data")
-    out.append(
-        (
-            "samples/s >= 2x TRL GRPOTrainer, representative size (28M parameters, multi-token answers; faster rlsvc mode, alternating rounds, median)",
-            f"{rep_trl['samples_per_s_ratio']:.2f}x ({rep_trl['samples_per_s_ratio_spread']['min']:.2f}-"
-            f"{rep_trl['samples_per_s_ratio_spread']['max']:.2f})"
-            if rep_trl
-            else "not measured",
-            rep_trl["samples_per_s_ratio"] >= 2 if rep_trl else None,
-        )
-    )
-    anatomy = results.get("anatomy", {}).get("data")
-    sync = anatomy["rows"].get("sync") if anatomy else None
-    out.append(
-        (
-            "orchestration overhead <= 10% of step time (default config, sync)",
-            f"{sync['overhead']:.1%}" if sync else "not measured",
-            sync["overhead"] <= 0.10 if sync else None,
-        )
-    )
-    speedup = results.get("speedup", {}).get("data")
-    out.append(
-        (
-            "default sync step >= 1.5x faster than before issue 17 (alternating pairs, median)",
-            f"{speedup['ratio']['median']:.2f}x ({speedup['ratio']['min']:.2f}-{speedup['ratio']['max']:.2f})"
-            if speedup
-            else "not measured",
-            speedup["ratio"]["median"] >= 1.5 if speedup else None,
-        )
-    )
-    async_ = results.get("async", {}).get("data")
-    async_extra = " ".join(async_["args"].get("extra", [])) if async_ else ""  # settings both modes share
-    out.append(
-        (
-            "asynchronous >= 1.5x synchronous episodes/s, 50 ms env latency, max_staleness=1 ("
-            + (f"both modes with `{async_extra}`; " if async_extra else "")
-            + "alternating pairs, median)",
-            f"{async_['ratio']['median']:.2f}x ({async_['ratio']['min']:.2f}-{async_['ratio']['max']:.2f})" if async_ else "not measured",
-            async_["ratio"]["median"] >= 1.5 if async_ else None,
-        )
-    )
-    floor = results.get("floor", {}).get("data")
-    out.append(
-        (
-            "orchestration overhead vs the compute floor (reported)",
-            f"{floor['overhead_vs_floor']:.0%}" if floor else "not measured",
-            None,
-        )
-    )
-    sync_rows = results.get("weight_sync", {}).get("data")
-    if sync_rows:
-        from benchmarks.weight_sync import latest_rows
-
-        rows = [r for r in latest_rows(sync_rows) if round(r["params_m"]) >= 100]
-        best = min(
-            (max(r["ratio_to_memcpy"] for r in rows if round(r["params_m"]) == s) for s in {round(r["params_m"]) for r in rows}),
-            default=None,
-        )
-        out.append(
-            (
-                "best weight-sync transport >= 50% of memcpy (100M and 500M)",
-                f"{best:.0%}" if best is not None else "not measured",
-                best >= 0.5 if best is not None else None,
-            )
-        )
-    return out
+    """(target, measured, met) for each of the suite's targets (benchmarks/targets.py); met None
+    when not measured or only reported."""
+    return [(row.target, row.measured, row.met) for _, row in target_rows(results)]
 
 
-def cpu_kind(cpuinfo: str) -> str:
-    """The processor's model name and the widest vector and matrix instructions it has, from
-    /proc/cpuinfo's text. Hosts of the same size differ in these, and PyTorch's and vLLM's CPU
-    kernels pick their code by them, so the ratios move with them too: a result says which host
-    it ran on."""
-    fields = dict(line.split(":", 1) for line in cpuinfo.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("flags", "").split())
-    isa = [name for name, flag in (("AVX-512", "avx512f"), ("AVX2", "avx2")) if flag in flags][:1]
-    isa += ["AMX"] if "amx_tile" in flags else []
-    return ", ".join(filter(None, [fields.get("model name"), " + ".join(isa)]))
-
-
-def machine() -> str:
-    try:
-        cpu = cpu_kind(Path("/proc/cpuinfo").read_text())
-    except OSError:
-        cpu = ""
-    return (
-        f"{os.cpu_count()} CPUs{f' ({cpu})' if cpu else ''}, {psutil.virtual_memory().total / 2**30:.0f} GiB, "
-        f"{platform.machine()}, Python {platform.python_version()}"
-    )
+def result_commit(result: dict | None) -> str:
+    """The commit a benchmark's result says it ran (`commit_note`): its data's provenance, else
+    the suite runner's record of the run (a failed run writes no data)."""
+    if not result:
+        return "not measured"
+    data = result.get("data") or {}
+    return commit_note(data if "provenance" in data or "head" in data else result)
 
 
 def markdown(results: dict[str, dict], quick: bool, started: str, total_s: float, on: str | None = None) -> str:
+    host = on or machine()
     lines = [
-        f"Measured {started} on {on or machine()}; the benchmarks below took {total_s / 60:.1f} min"
+        f"Measured {started} on {host}; the benchmarks below took {total_s / 60:.1f} min"
         + (" (`--quick`: a smoke run, not a measurement)" if quick else "")
-        + ".\n",
-        "| target | measured | met |",
-        "|---|---|---|",
+        + ". Each row names the commit its benchmark ran.\n",
+        "| target | measured: median (min-max) | met | not like for like, or less than it seems | commit |",
+        "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {target} | {measured} | {'yes' if met else 'no' if met is not None else '-'} |" for target, measured, met in checks(results)
+        f"| {row.target} | {row.measured} | {'yes' if row.met else 'no' if row.met is not None else '-'} | {row.caveat or '-'} "
+        f"| {result_commit(results.get(bench))} |"
+        for bench, row in target_rows(results)
     ]
     for bench in SUITE:
         r = results.get(bench.name)
         if r is None:
             continue
         when = f", measured {r['measured']}" if "measured" in r else ""
-        lines += ["", f"### {bench.title}", "", f"`{r['command']}` ({r['seconds']:.0f} s{when})", ""]
+        other = ((r.get("data") or {}).get("provenance") or r.get("provenance") or {}).get("host")
+        where = f" on {other}" if other and other != host else ""
+        lines += ["", f"### {bench.title}", "", f"`{r['command']}` ({r['seconds']:.0f} s{when}{where}, {result_commit(r)})", ""]
         if r["status"] == "ok":
             lines.append(importlib.import_module(f"benchmarks.{bench.module}").markdown(r["data"]))
         else:
@@ -341,7 +233,14 @@ def run(bench: Bench, quick: bool, out: Path) -> dict:
         except subprocess.TimeoutExpired:
             status = f"stopped after its {bench.limit_s} s limit"
     seconds = time.perf_counter() - t0
-    result = {"command": shlex.join(cmd), "seconds": seconds, "status": status, "log": str(log.relative_to(ROOT)), "measured": measured}
+    result = {
+        "command": shlex.join(cmd),
+        "seconds": seconds,
+        "status": status,
+        "log": str(log.relative_to(ROOT)),
+        "measured": measured,
+        "provenance": provenance(),
+    }
     if status == "ok":
         result["data"] = json.loads((out / RESULT_FILES[bench.module]).read_text())
     print(f"[{bench.name}] {status} in {seconds:.0f} s", flush=True)
@@ -387,6 +286,7 @@ def main() -> int:
             {
                 "started": started,
                 "machine": machine(),
+                "provenance": provenance(),
                 "quick": args.quick,
                 "total_s": total_s,
                 "checks": checks(results),

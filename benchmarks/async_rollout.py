@@ -22,7 +22,6 @@ table in the .md beside it (and on stdout).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 from pathlib import Path
@@ -33,6 +32,7 @@ from benchmarks import RESULTS_DIR
 from benchmarks.cpu_use import CpuSampler
 from benchmarks.jobs import TRAINING_ONLY, loop_window, metric_histories, run_job
 from benchmarks.pairs import spread
+from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR / "async_rollout.json"
 
@@ -113,9 +113,7 @@ def main() -> None:
         "pairs": pairs,
     }
     path = RESULTS.with_name(f"async_rollout_{args.label}.json") if args.label else RESULTS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
-    path.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    data = write_result(path, data, markdown)  # the docs include the table
     print(markdown(data))
 
 

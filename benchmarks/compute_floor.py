@@ -12,8 +12,9 @@ job's: the benchmark reports whether its training returns equal a real job's, st
 
 Overhead against the floor is (job step - floor step) / job step, the job's mean `time/step_s`
 against the floor's, over the same steps (the first `--skip` left out: start-up effects). The two
-sides alternate, floor then job, `--pairs` times; the result is the median of the pairs' overheads
-with their min and max.
+sides alternate, `--pairs` times, the order flipped every pair (floor then job, job then floor;
+results before 2026-12-07 ran the floor first in every pair); the result is the median of the
+pairs' overheads with their min and max.
 
     python -m benchmarks.compute_floor [--pairs 3] [--steps 40] [--skip 5]
 
@@ -23,7 +24,6 @@ Results: benchmarks/results/compute_floor.json, and its table in compute_floor.m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -34,6 +34,7 @@ from typing import Any
 
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import TRAINING_ONLY, metric_histories, run_job
+from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR / "compute_floor.json"
 
@@ -172,9 +173,18 @@ def main() -> None:
     k = args.skip
     pairs = []
     for i in range(args.pairs):
-        floor = run_floor(overrides, args.steps)
-        with tempfile.TemporaryDirectory(prefix="rlsvc-floor-job-") as tmp:
-            job = metric_histories(run_job(f"floor_job{i}", [*overrides, *TRAINING_ONLY], Path(tmp)), ["time/step_s", "return_mean"])
+
+        def job_run(i: int = i) -> dict:
+            with tempfile.TemporaryDirectory(prefix="rlsvc-floor-job-") as tmp:
+                return metric_histories(run_job(f"floor_job{i}", [*overrides, *TRAINING_ONLY], Path(tmp)), ["time/step_s", "return_mean"])
+
+        # the order flips every pair (benchmarks/pairs.py): neither side always runs on a machine the other just warmed
+        if i % 2 == 0:
+            floor = run_floor(overrides, args.steps)
+            job = job_run()
+        else:
+            job = job_run()
+            floor = run_floor(overrides, args.steps)
         floor_step, job_step = statistics.fmean(floor["step_s"][k:]), statistics.fmean(job["time/step_s"][k:])
         same = next((t for t, (a, b) in enumerate(zip(floor["returns"], job["return_mean"])) if a != b), args.steps)
         pairs.append({"floor": floor, "job": job, "floor_step_s": floor_step, "job_step_s": job_step, "steps_identical": same})
@@ -188,18 +198,19 @@ def main() -> None:
         "overhead_min": min(overheads),
         "overhead_max": max(overheads),
         "steps_identical": min(p["steps_identical"] for p in pairs),
+        "alternated": True,  # results before 2026-12-07 ran the floor first in every pair
         "pairs": pairs,
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
-    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    data = write_result(RESULTS, data, markdown)  # the docs include the table
     print(markdown(data))
 
 
 def markdown(data: dict) -> str:
     return "\n".join(
         [
-            f"{len(data['pairs'])} alternating pairs (floor, job) of {data['args']['steps']}-step runs; mean step after the first "
+            f"{len(data['pairs'])} pairs (floor, job) of {data['args']['steps']}-step runs"
+            + (", the order flipped every pair" if data.get("alternated") else ", the floor first in every pair")
+            + f"; mean step after the first "
             f"{data['args']['skip']}, medians over the pairs.",
             "",
             "| mean step, default config, sync | seconds |",

@@ -25,12 +25,12 @@ Results: benchmarks/results/env_scaling.json, and its table in env_scaling.md (a
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 from benchmarks import RESULTS_DIR
 from benchmarks.pairs import spread
+from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR
 
@@ -156,10 +156,7 @@ def main() -> None:
                 "runs": mine,
             }
         )
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    data = {"args": vars(args), "rows": rows}
-    (RESULTS / "env_scaling.json").write_text(json.dumps(data, indent=2))
-    (RESULTS / "env_scaling.md").write_text(markdown(data) + "\n")  # the docs include this table
+    data = write_result(RESULTS / "env_scaling.json", {"args": vars(args), "rows": rows}, markdown)  # the docs include the table
     print(markdown(data))
 
 

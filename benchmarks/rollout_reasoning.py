@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from benchmarks import RESULTS_DIR
+from benchmarks.provenance import write_result
 from benchmarks.rollout_representative import race
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -136,9 +137,7 @@ def main() -> None:
         "prompt_tokens": {"mean": sum(prompt_lens) / len(prompt_lens), "min": min(prompt_lens), "max": max(prompt_lens)},
         "answer_tokens": {"mean": sum(answer_lens) / len(answer_lens), "min": min(answer_lens), "max": max(answer_lens)},
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
-    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    data = write_result(RESULTS, data, markdown)  # the docs include the table
     print(markdown(data))
 
 

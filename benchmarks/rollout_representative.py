@@ -3,9 +3,12 @@ a Ray actor) against Hugging Face `generate`, the two alternating call by call.
 
 The tiny policies of the default jobs (0.3M parameters) measure only fixed per-call costs. Here
 the model and the batch look like a GRPO rollout:
-- a ~28M-parameter Qwen3 checkpoint (dim 512, 8 layers, 8 heads of 64, MLP 1536) made locally by
-  `rlsvc.models.make_tiny_hf`; its BPE tokenizer has about 830 tokens, as many as the built-in
-  corpus gives merges for;
+- a Qwen3 checkpoint (dim 512, 8 layers, 8 heads of 64, MLP 1536, a vocabulary of 8192 tokens:
+  about 32M parameters) made locally by `rlsvc.models.make_tiny_hf` (`make_policy`), its BPE
+  tokenizer trained on the built-in corpus and enough made-up words to give all 8192 tokens, so
+  the LM head and the sampler pay for a vocabulary of that size. (Results written before
+  2026-12-07 asked for 8192 but got the built-in corpus's 778 tokens, 832 rows in the model: their
+  table says "vocabulary 832", about 28M parameters.)
 - `--groups` prompts of `--prompt-tokens` tokens, each sampled `--group-size` times (a GRPO group
   shares its prompt);
 - every completion has its own length, drawn uniformly from `--min-len` to `--max-len`: the
@@ -45,12 +48,44 @@ from typing import Any
 
 from benchmarks import RESULTS_DIR
 from benchmarks.pairs import alternate, spread
+from benchmarks.provenance import write_result
 from benchmarks.rollout_throughput import THREADS, worker_env
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 RESULTS = RESULTS_DIR / "rollout_representative.json"
 MODEL = {"hidden_size": 512, "layers": 8, "heads": 8, "kv_heads": 8, "head_dim": 64, "intermediate_size": 1536, "vocab_size": 8192}
+"""The representative policy's shape (benchmarks/vs_trl_representative.py uses it too)."""
+
+
+def vocabulary_corpus(path: Path, seed: int = 0, lines: int = 6000) -> Path:
+    """Tokenizer training text with merges enough for MODEL's vocabulary: the built-in corpus
+    (`rlsvc.models.hf_tokenizer.corpus`, 778 tokens' worth) and lines of made-up words."""
+    import string
+
+    from rlsvc.models.hf_tokenizer import corpus
+
+    rng = random.Random(seed)
+    words = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 9))) for _ in range(lines)]
+    text = corpus(seed) + [" ".join(rng.choice(words) for _ in range(12)) for _ in range(lines)]
+    path.write_text("\n".join(text) + "\n")
+    return path
+
+
+def make_policy(folder: Path, layers: int, max_position: int) -> Path:
+    """MODEL with `layers` layers as a Hugging Face folder; raises if its tokenizer came out
+    smaller than MODEL's vocabulary (the setting would be dead again)."""
+    from transformers import AutoTokenizer
+
+    from rlsvc.models.make_tiny_hf import make_tiny_hf
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    corpus = vocabulary_corpus(folder.parent / f"{folder.name}-corpus.txt")
+    made = make_tiny_hf("qwen3", folder, **{**MODEL, "layers": layers}, max_position=max_position, corpus=corpus)
+    size = len(AutoTokenizer.from_pretrained(made))
+    if size < MODEL["vocab_size"]:
+        raise RuntimeError(f"the policy's tokenizer has {size} tokens, fewer than MODEL's vocab_size {MODEL['vocab_size']}")
+    return made
 
 
 def workload(args: argparse.Namespace, vocab: int, k: int) -> tuple[list[list[int]], list[int]]:
@@ -243,20 +278,16 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from rlsvc.models.make_tiny_hf import make_tiny_hf
-
     seq_len = args.prompt_tokens + args.max_len
     with tempfile.TemporaryDirectory(prefix="rlsvc-rollout-rep-") as tmp:
-        folder = make_tiny_hf("qwen3", Path(tmp) / "policy", **{**MODEL, "layers": args.layers}, max_position=seq_len)
+        folder = make_policy(Path(tmp) / "policy", args.layers, seq_len)
         # prompts of ordinary tokens only (the tokenizer's special tokens come after them)
         vocab = min(AutoTokenizer.from_pretrained(folder).all_special_ids)
         calls = {k: workload(args, vocab, k) for k in range(-args.warmup, args.pairs)}
         measured = race(folder, calls, args.pairs, args.warmup, args.max_len, extra=lambda w: prompt_phase(w, args, vocab, args.pairs))
     prompts = measured.pop("extra")
     data = {"args": vars(args), **measured, "prompt_phase": prompts}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
-    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    data = write_result(RESULTS, data, markdown)  # the docs include the table
     print(markdown(data))
 
 

@@ -24,7 +24,6 @@ on stdout).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -32,6 +31,7 @@ from pathlib import Path
 
 from benchmarks import RESULTS_DIR
 from benchmarks.pairs import alternate, spread
+from benchmarks.provenance import write_result
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -167,10 +167,8 @@ def main() -> None:
             ray.get(worker.close.remote())
         finally:
             ray.shutdown()
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
     data = {"args": vars(args), "threads": THREADS, "model_params": sum(p.numel() for p in hf.parameters()), "rows": rows}
-    RESULTS.write_text(json.dumps(data, indent=2))
-    RESULTS.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    data = write_result(RESULTS, data, markdown)  # the docs include the table
     print(markdown(data))
 
 

@@ -15,12 +15,12 @@ Results: a Markdown table on stdout and benchmarks/results/sandbox.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import time
 
 from benchmarks import RESULTS_DIR
+from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR
 SNIPPET = "print(sum(i * i for i in range(1000)))"
@@ -96,10 +96,7 @@ def main() -> None:
     args = ap.parse_args()
     over = overhead(args.runs)
     rows = throughput(args.sessions, args.seconds)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "sandbox.json").write_text(
-        json.dumps({"args": vars(args), "snippet": SNIPPET, "overhead": over, "throughput": rows}, indent=2)
-    )
+    write_result(RESULTS / "sandbox.json", {"args": vars(args), "snippet": SNIPPET, "overhead": over, "throughput": rows})
     print(f"\nsnippet: {SNIPPET}\n")
     print("| run | median latency | ratio |\n|---|---|---|")
     print(f"| bare `python -c` subprocess | {over['bare_median_s'] * 1000:.1f} ms | 1.00x |")

@@ -25,12 +25,12 @@ Results: a Markdown table on stdout and benchmarks/results/step_anatomy.json.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import TRAINING_ONLY, metric_histories, run_job
+from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR / "step_anatomy.json"
 SYNC_PHASES = ["generate", "env", "score", "buffer", "reference", "train", "sync", "validate", "checkpoint"]
@@ -122,9 +122,7 @@ def main() -> None:
             result = run_job(f"anatomy-{i}", [*common, *extra], Path(tmp))
             rows[mode] = anatomy(result, asynchronous="async" in mode)
             print(f"{mode}: {rows[mode]['s_per_step']:.2f} s/step, overhead {rows[mode]['overhead']:.1%}", flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    data = {"args": vars(args), "rows": rows}
-    RESULTS.write_text(json.dumps(data, indent=2))
+    data = write_result(RESULTS, {"args": vars(args), "rows": rows})
     print(markdown(data))
 
 

@@ -30,7 +30,6 @@ table in step_speedup.md (and on stdout).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import tempfile
@@ -41,6 +40,7 @@ from benchmarks import RESULTS_DIR
 from benchmarks.cpu import DescendantsCPU
 from benchmarks.jobs import metric_histories, run_job
 from benchmarks.pairs import spread
+from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR / "step_speedup.json"
 ROOT = Path(__file__).resolve().parents[1]
@@ -140,9 +140,7 @@ def main() -> None:
         "pairs": pairs,
     }
     path = RESULTS.with_name(f"step_speedup_{args.label}.json") if args.label else RESULTS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
-    path.with_suffix(".md").write_text(markdown(data) + "\n")  # the docs include this table
+    data = write_result(path, data, markdown)  # the docs include the table
     print(markdown(data))
 
 

@@ -24,11 +24,21 @@ when it decides as well as that rule). Samples/s: completions per second of trai
 excluded, and rlsvc's checkpoints, at the start and after the last step: TRL's side saves
 nothing, `save_strategy="no"`). The final greedy return is scored on 20,000 other deals. Each side has the whole
 machine in turn, and the sides alternate (benchmarks/pairs.py): `--pairs` rounds of one run
-each, in the order rlsvc sync, rlsvc async, TRL, then reversed, and so on; each round gives one
-ratio (the faster rlsvc mode's samples/s over TRL's), reported as the median with its min-max.
-TRL starts from the weights of the first rlsvc run's warm start (all rlsvc runs warm-start alike).
+each, in the order rlsvc sync, TRL, rlsvc async, then reversed, and so on (TRL in the middle,
+so that each rlsvc mode runs before TRL in one round and after it in the next); each round gives
+one ratio per rlsvc mode (its samples/s over TRL's), reported as the median with its min-max.
+The headline is like for like: rlsvc's synchronous loop against TRL's, which is synchronous;
+the asynchronous loop (one version stale) is reported beside it under its own name.
 
-    python -m benchmarks.vs_trl [--pairs 3] [--steps 60] [--target R]
+Seeds: round i runs seed `--seed` + i on every side (rlsvc's `run.seed`: its model init, warm
+start, deals and sampling; TRL's `seed`), so the rounds are different trajectories, not replicas
+(`--same-seed` runs `--seed` in every round, as the results before 2026-12-07 did). TRL starts
+from that round's rlsvc warm start: the weights of the round's first rlsvc run, or, where TRL runs
+first, of a one-step rlsvc job of the same seed run for that. Not yet alike: rlsvc's optimiser
+starts with the AdamW moments of its format warm start, TRL's from zero (rlsvc has no setting that
+resets them).
+
+    python -m benchmarks.vs_trl [--pairs 3] [--steps 60] [--target R] [--seed S] [--same-seed]
 
 Results: a Markdown table on stdout and benchmarks/results/vs_trl.json.
 """
@@ -36,7 +46,6 @@ Results: a Markdown table on stdout and benchmarks/results/vs_trl.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -46,6 +55,7 @@ from typing import Any
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import TRAINING_ONLY, run_job
 from benchmarks.pairs import spread
+from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR / "vs_trl.json"
 THEN_STICK_AT = 17
@@ -87,9 +97,21 @@ def start_policy_folder(run_dir: Path, folder: Path) -> None:
     save_file(load_file(str(reference)), str(folder / WEIGHTS_FILE), metadata={"format": "pt"})
 
 
-def run_rlsvc(args: argparse.Namespace, out: Path, name: str, mode: list[str]) -> tuple[dict, Path]:
+def round_seed(args: argparse.Namespace, i: int) -> int:
+    """The seed of round i on every side."""
+    return args.seed + (0 if args.same_seed else i)
+
+
+def round_order(sides: list[str], i: int) -> list[str]:
+    """Round i's order: TRL between the two rlsvc modes (sync, TRL, async), reversed every round."""
+    middle = [sides[0], TRL, *sides[1:-1]] if len(sides) == 3 else sides
+    return middle if i % 2 == 0 else middle[::-1]
+
+
+def run_rlsvc(args: argparse.Namespace, out: Path, name: str, mode: list[str], seed: int = 0) -> tuple[dict, Path]:
     # two env actors: the env phase (OpenEnv round trips) then uses both cores (0.50 -> 0.24 s a step)
     overrides = [
+        f"run.seed={seed}",
         f"env.then_stick_at={THEN_STICK_AT}",
         "env.num_actors=2",
         f"run.steps={args.steps}",
@@ -132,10 +154,11 @@ def run_rlsvc(args: argparse.Namespace, out: Path, name: str, mode: list[str]) -
     }, Path(result["checkpoint"]).parent
 
 
-def grpo_config(cfg: Any, out: Path, args: argparse.Namespace, **extra: Any) -> Any:
+def grpo_config(cfg: Any, out: Path, args: argparse.Namespace, seed: int | None = None, **extra: Any) -> Any:
     """TRL's `GRPOConfig` with rlsvc's GRPO settings (`cfg`, rlsvc's default config): groups of
     `args.group_size` completions of `args.prompts` prompts a step, the same optimiser, KL, clip,
-    advantages and loss; `extra`: the rest (the completion length, chat template options)."""
+    advantages and loss; `seed`: TRL's (default rlsvc's `run.seed`); `extra`: the rest (the
+    completion length, chat template options)."""
     from trl import GRPOConfig
 
     return GRPOConfig(
@@ -144,7 +167,7 @@ def grpo_config(cfg: Any, out: Path, args: argparse.Namespace, **extra: Any) -> 
         report_to="none",
         save_strategy="no",
         logging_steps=1,
-        seed=cfg.run.seed,
+        seed=cfg.run.seed if seed is None else seed,
         max_steps=args.steps,
         per_device_train_batch_size=args.prompts * args.group_size,
         gradient_accumulation_steps=1,
@@ -173,7 +196,7 @@ def grpo_config(cfg: Any, out: Path, args: argparse.Namespace, **extra: Any) -> 
     )
 
 
-def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
+def run_trl(args: argparse.Namespace, start: Path, out: Path, seed: int | None = None) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
@@ -224,7 +247,7 @@ def run_trl(args: argparse.Namespace, start: Path, out: Path) -> dict:
             self.returns.append(score)
             self.paused += time.perf_counter() - t
 
-    config = grpo_config(cfg, out, args, max_completion_length=1)
+    config = grpo_config(cfg, out, args, seed, max_completion_length=1)
     t_start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32)
     validation = Validation(model)
@@ -271,8 +294,14 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--eval-every", type=int, default=5, help="steps between validations")
     ap.add_argument("--val-episodes", type=int, default=5000)
     ap.add_argument("--final-episodes", type=int, default=20_000)
+    add_seed_arguments(ap)
     add_modes_argument(ap)
     return ap
+
+
+def add_seed_arguments(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--seed", type=int, default=0, help="round i runs this seed + i on every side")
+    ap.add_argument("--same-seed", action="store_true", help="every round runs --seed: replicas of one trajectory")
 
 
 def main() -> None:
@@ -286,22 +315,34 @@ def main() -> None:
     modes = selected_modes(args.modes)
     sides = [*modes, TRL]
     runs: dict[str, list[dict]] = {name: [] for name in sides}
+    start_returns: dict[int, float] = {}
     with tempfile.TemporaryDirectory(prefix="rlsvc-vs-trl-") as tmp:
         out = Path(tmp)
+
+        def keep_start(seed: int, run_dir: Path) -> Path:
+            """The seed's rlsvc warm start as TRL's start policy (rlsvc's runs of a seed warm-start alike)."""
+            start = out / f"start{seed}"
+            if not start.exists():
+                start_policy_folder(run_dir, start)
+                start_returns[seed] = evaluate(load_policy(start), args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)["mean_return"]
+            return start
+
         for i in range(args.pairs):
-            for name in sides if i % 2 == 0 else sides[::-1]:  # round 0 runs rlsvc first: TRL starts from its weights
+            seed = round_seed(args, i)
+            for name in round_order(sides, i):
                 if name == TRL:
+                    if not (out / f"start{seed}").exists():  # TRL first in this round: a one-step rlsvc job makes its start
+                        sync = next(iter(modes.values()))
+                        keep_start(
+                            seed, run_rlsvc(argparse.Namespace(**{**vars(args), "steps": 1}), out, f"vs-trl-start-{i}", sync, seed)[1]
+                        )
                     (out / f"trl{i}").mkdir()
-                    runs[name].append(run_trl(args, out / "start", out / f"trl{i}"))
+                    runs[name].append({**run_trl(args, out / f"start{seed}", out / f"trl{i}", seed), "seed": seed})
                 else:
-                    row, run_dir = run_rlsvc(args, out, f"vs-trl-rlsvc-{sides.index(name)}-{i}", modes[name])
-                    runs[name].append(row)
-                    if not (out / "start").exists():
-                        start_policy_folder(run_dir, out / "start")
-                        start_return = evaluate(load_policy(out / "start"), args.val_episodes, VAL_SEED, then_stick_at=THEN_STICK_AT)[
-                            "mean_return"
-                        ]
-                print(f"round {i}: {name} {runs[name][-1]['samples_per_s']:.0f} samples/s", flush=True)
+                    row, run_dir = run_rlsvc(args, out, f"vs-trl-rlsvc-{sides.index(name)}-{i}", modes[name], seed)
+                    runs[name].append({**row, "seed": seed})
+                    keep_start(seed, run_dir)
+                print(f"round {i} (seed {seed}): {name} {runs[name][-1]['samples_per_s']:.0f} samples/s", flush=True)
     for side in runs.values():
         for run in side:
             run["time_to_target_s"] = time_to_target(run["val_times"], run["val_returns"], args.target)
@@ -314,21 +355,46 @@ def main() -> None:
         row["time_to_target_s"] = statistics.median(reached) if reached else None
         row["reached"] = len(reached)
         row["samples_per_s_spread"] = spread([r["samples_per_s"] for r in row["runs"]])
-    per_round = [max(runs[m][i]["samples_per_s"] for m in modes) / runs[TRL][i]["samples_per_s"] for i in range(args.pairs)]
-    trl = rows[TRL]
-    ours = [rows[name] for name in modes]
-    reached = [r["time_to_target_s"] for r in ours if r["time_to_target_s"] is not None]
-    summary = {
-        "samples_per_s_ratio": statistics.median(per_round),
-        "samples_per_s_ratio_spread": spread(per_round),
-        "start_val_return": start_return,
-        "stick_at_17_val_return": stick_return,
-        "time_to_target_ratio": trl["time_to_target_s"] / min(reached) if reached and trl["time_to_target_s"] else None,
-    }
-    data = {"args": vars(args), "rows": rows, **summary}
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(data, indent=2))
+    data: dict = {"args": vars(args), "rows": rows, "start_val_returns": start_returns, "stick_at_17_val_return": stick_return}
+    data["by_mode"] = by_mode(data)
+    headline = data["by_mode"][headline_mode(data)]
+    data.update(
+        start_val_return=start_returns[round_seed(args, 0)],
+        samples_per_s_ratio=headline["samples_per_s_ratio"]["median"],
+        samples_per_s_ratio_spread=headline["samples_per_s_ratio"],
+        time_to_target_ratio=headline["time_to_target_ratio"],
+    )
+    data = write_result(RESULTS, data)
     print(markdown(data))
+
+
+def headline_mode(data: dict) -> str:
+    """The rlsvc mode the headline compares, like for like: the synchronous loop (TRL's
+    GRPOTrainer is synchronous), else the one that ran."""
+    names = [n for n in data["rows"] if n != TRL]
+    return next((n for n in names if "async" not in n), names[0])
+
+
+def by_mode(data: dict) -> dict[str, dict]:
+    """Each rlsvc mode against TRL: the per-round samples/s ratios (median, min, max), and the
+    time to target, TRL's median over the mode's (None where a side never reached it). Computed
+    from the rows' runs, so results written before it was stored read the same."""
+    trl = data["rows"][TRL]
+    out = {}
+    for name, row in data["rows"].items():
+        if name == TRL:
+            continue
+        ratios = [a["samples_per_s"] / b["samples_per_s"] for a, b in zip(row.get("runs", [row]), trl.get("runs", [trl]))]
+        ours, theirs = row.get("time_to_target_s"), trl.get("time_to_target_s")
+        out[name] = {"samples_per_s_ratio": spread(ratios), "time_to_target_ratio": theirs / ours if ours and theirs else None}
+    return out
+
+
+def seeds_note(data: dict, runs: int) -> str:
+    """What the runs of a row are: replicas of one seed (every result before 2026-12-07) or seeds."""
+    if runs == 1:
+        return "one run"
+    return f"{runs} seeds" if not data["args"].get("same_seed", True) else f"{runs} replicas of one seed"
 
 
 def markdown(data: dict) -> str:
@@ -354,7 +420,7 @@ def markdown(data: dict) -> str:
             f" ({r['samples_per_s_spread']['min']:.0f}-{r['samples_per_s_spread']['max']:.0f})" if pairs > 1 else ""
         )
         reach = fmt(r["time_to_target_s"]) + (
-            f", {r['reached']} of {len(runs)} runs" if pairs > 1 and r["time_to_target_s"] is not None else ""
+            f", {r['reached']} of {seeds_note(data, len(runs))}" if pairs > 1 and r["time_to_target_s"] is not None else ""
         )
         lines.append(f"| {name} | {rate} | {reach} | {last} | {final} |")
     names = list(rows)
@@ -370,21 +436,34 @@ def markdown(data: dict) -> str:
             f"{r['val_returns'][i]:+.3f} ({r['val_times'][i]:.0f} s)" if i < len(r.get("val_returns", [])) else "-" for r in rows.values()
         ]
         lines.append(f"| {step} | " + " | ".join(cells) + " |")
-    ratio, trl = data["time_to_target_ratio"], rows.get("TRL GRPOTrainer", {})
-    if ratio:
-        reach = f"time to target, TRL / faster rlsvc mode: **{ratio:.2f}x**"
-    elif trl and trl.get("time_to_target_s") is None:
-        reach = (
-            f"TRL did not reach the target in its {args['steps']} steps ({trl['val_times'][-1]:.0f} s of training)"
-            if trl.get("val_times")
-            else "TRL did not reach the target"
-        )
-    else:
-        reach = "no rlsvc mode reached the target"
-    ratio_spread = data.get("samples_per_s_ratio_spread")
-    spread_note = f" ({ratio_spread['min']:.2f}-{ratio_spread['max']:.2f}, median of {pairs} rounds)" if ratio_spread and pairs > 1 else ""
-    lines.append(f"\nfaster rlsvc mode / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x**{spread_note}; {reach}")
+    lines += ["", *summary_lines(data)]
     return "\n".join(lines)
+
+
+def summary_lines(data: dict) -> list[str]:
+    """Each rlsvc mode against TRL's synchronous trainer, the like-for-like one first and in bold."""
+    args, trl = data["args"], data["rows"][TRL]
+    pairs, modes, first = args.get("pairs", 1), by_mode(data), headline_mode(data)
+    lines = []
+    for name in sorted(modes, key=lambda n: n != first):
+        m = modes[name]
+        ratio, s = m["samples_per_s_ratio"]["median"], m["samples_per_s_ratio"]
+        rate = f"**{ratio:.2f}x**" if name == first else f"{ratio:.2f}x"
+        if m["time_to_target_ratio"]:
+            reach = f"time to target, TRL / {name}: {'**' if name == first else ''}{m['time_to_target_ratio']:.2f}x{'**' if name == first else ''}"
+        elif trl.get("time_to_target_s") is None:
+            reach = f"TRL did not reach the target in its {args['steps']} steps"
+        else:
+            reach = f"{name} did not reach the target"
+        label = "like for like" if name == first else "beside it, not like for like: one version stale"
+        spread_note = f" ({s['min']:.2f}-{s['max']:.2f}, median of {pairs} rounds)" if pairs > 1 else ""
+        lines.append(f"- {name} / TRL GRPOTrainer (synchronous), samples/s ({label}): {rate}{spread_note}; {reach}")
+    return [
+        *lines,
+        "",
+        f"The rounds' runs are {seeds_note(data, pairs)}. Not alike on the two sides: rlsvc's optimiser starts with the AdamW "
+        "moments of its format warm start, TRL's from zero.",
+    ]
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """rlsvc against TRL's `GRPOTrainer` at a representative size: a 28M-parameter Qwen3 checkpoint
 answering arithmetic word problems in free text of several tokens.
 
-- The model: the shape of the representative rollout benchmark (dim 512, 8 layers, 8 heads of
-  64, MLP 1536; benchmarks/rollout_representative.py), made once here by
-  `rlsvc.models.make_tiny_hf` with its byte-level BPE chat tokenizer; both sides load the same
+- The model: the representative rollout benchmark's (dim 512, 8 layers, 8 heads of 64, MLP 1536,
+  a vocabulary of 8192 tokens; `make_policy` in benchmarks/rollout_representative.py; results
+  written before 2026-12-07 had 832 rows, 778 tokens), made once here with its byte-level BPE
+  chat tokenizer; both sides load the same
   Hugging Face folder (rlsvc through its TorchTitan adapter and vLLM, TRL through `transformers`).
 - The task (benchmarks/answer_task.py): a seeded word problem as a chat message; the policy
   answers in up to `--max-tokens` tokens (sampled at temperature 1, ended by the end-of-turn
@@ -30,8 +31,13 @@ Samples/s: completions per second of training (start-up excluded, and rlsvc's ch
 the start and after the last step: TRL's side saves nothing, `save_strategy="no"`), over
 `--steps` steps. The
 sides alternate (benchmarks/pairs.py): `--pairs` rounds of one run each, the order reversed
-every round; each round gives one ratio (rlsvc's faster mode over TRL), reported as the median
-with its min-max. Each side's time is also split: rlsvc's from its step metrics (generation,
+every round (TRL between rlsvc's two modes when both run, as in benchmarks/vs_trl.py); each round
+gives one ratio per rlsvc mode (its samples/s over TRL's), reported as the median with its
+min-max. The headline is like for like: rlsvc's synchronous loop against TRL's, which is
+synchronous. Round i runs seed `--seed` + i on every side (`--same-seed`: `--seed` in every
+round, as the results before 2026-12-07 did); both sides start from the same random policy with
+fresh optimisers (no warm start here). The model is random: no learning is shown, and the
+mean training rewards are reported, not compared. Each side's time is also split: rlsvc's from its step metrics (generation,
 reference, train; in the asynchronous loop generation and scoring run beside the trainer, and
 the trainer's wait for a batch is shown instead of the reference), TRL's by
 timing its `_generate` (sampling) and `_generate_and_score_completions` (sampling, rewards,
@@ -61,8 +67,20 @@ from types import SimpleNamespace
 from benchmarks import RESULTS_DIR
 from benchmarks.jobs import TRAINING_ONLY, metric_sums, run_job
 from benchmarks.pairs import spread
-from benchmarks.rollout_representative import MODEL
-from benchmarks.vs_trl import TRL, add_modes_argument, grpo_config, selected_modes
+from benchmarks.provenance import write_result
+from benchmarks.rollout_representative import MODEL, make_policy
+from benchmarks.vs_trl import (
+    TRL,
+    add_modes_argument,
+    add_seed_arguments,
+    by_mode,
+    grpo_config,
+    headline_mode,
+    round_order,
+    round_seed,
+    seeds_note,
+    selected_modes,
+)
 
 RESULTS = RESULTS_DIR / "vs_trl_representative.json"
 TASK = "benchmarks.answer_task:ArithmeticAnswerTask"
@@ -74,19 +92,14 @@ ASYNC_PHASES = {"generation (beside)": "time/generate_s", "train": "time/train_s
 THREADS = 2  # rlsvc's trainer and rollout worker each reserve 2 CPUs
 
 
-def make_policy(folder: Path, layers: int, max_position: int) -> Path:
-    from rlsvc.models.make_tiny_hf import make_tiny_hf
-
-    return make_tiny_hf("qwen3", folder, **{**MODEL, "layers": layers}, max_position=max_position)
-
-
 def seq_len(args: argparse.Namespace) -> int:
     return 96 + args.max_tokens  # the prompts are 40-60 tokens
 
 
-def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str, mode: list[str]) -> dict:
+def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str, mode: list[str], seed: int = 0) -> dict:
     phases = ASYNC_PHASES if "rollout.asynchronous=true" in mode else PHASES
     overrides = [
+        f"run.seed={seed}",
         "model.source=hf",
         f"model.path={policy}",
         f"model.max_seq_len={seq_len(args)}",
@@ -121,7 +134,7 @@ def run_rlsvc(args: argparse.Namespace, policy: Path, out: Path, name: str, mode
     }
 
 
-def run_trl(args: argparse.Namespace, policy: Path, out: Path) -> dict:
+def run_trl(args: argparse.Namespace, policy: Path, out: Path, seed: int | None = None) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -146,7 +159,7 @@ def run_trl(args: argparse.Namespace, policy: Path, out: Path) -> dict:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return [score(t, arithmetic_problem(s).answer) for t, s in zip(texts, seed)]
 
-    config = grpo_config(cfg, out, args, max_completion_length=args.max_tokens, chat_template_kwargs=CHAT_OPTIONS)
+    config = grpo_config(cfg, out, args, seed, max_completion_length=args.max_tokens, chat_template_kwargs=CHAT_OPTIONS)
     t_start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.float32)
     trainer = GRPOTrainer(
@@ -197,6 +210,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=24, help="longest answer, in tokens")
     ap.add_argument("--layers", type=int, default=MODEL["layers"], help="model depth (quick runs use fewer)")
+    add_seed_arguments(ap)
     add_modes_argument(ap)
     ap.add_argument(
         "--trl-keep-freed-memory", action="store_true", help="TRL's process keeps freed memory as rlsvc's actors do (rlsvc/malloc.py)"
@@ -223,15 +237,18 @@ def main() -> None:
         out = Path(tmp)
         policy = make_policy(out / "policy", args.layers, seq_len(args))
         for i in range(args.pairs):
-            for name in sides if i % 2 == 0 else sides[::-1]:
+            seed = round_seed(args, i)
+            for name in round_order(sides, i):
                 if name == TRL:
                     (out / f"trl{i}").mkdir()
-                    runs[name].append(run_trl(args, policy, out / f"trl{i}"))
+                    runs[name].append({**run_trl(args, policy, out / f"trl{i}", seed), "seed": seed})
                 else:
-                    runs[name].append(run_rlsvc(args, policy, out, f"vs-trl-rep-{sides.index(name)}-{i}", modes[name]))
-                print(f"round {i}: {name} {runs[name][-1]['samples_per_s']:.1f} samples/s", flush=True)
+                    runs[name].append(
+                        {**run_rlsvc(args, policy, out, f"vs-trl-rep-{sides.index(name)}-{i}", modes[name], seed), "seed": seed}
+                    )
+                print(f"round {i} (seed {seed}): {name} {runs[name][-1]['samples_per_s']:.1f} samples/s", flush=True)
         params = sum(v.numel() for v in load_file(str(policy / WEIGHTS_FILE)).values())
-    per_round = [max(runs[m][i]["samples_per_s"] for m in modes) / runs[TRL][i]["samples_per_s"] for i in range(args.pairs)]
+        vocab = json.loads((policy / "config.json").read_text())["vocab_size"]
     rows = {
         name: {
             "samples_per_s": statistics.median(r["samples_per_s"] for r in side),
@@ -241,26 +258,24 @@ def main() -> None:
         }
         for name, side in runs.items()
     }
-    data = {
-        "args": vars(args),
-        "model_params": params,
-        "rows": rows,
-        "samples_per_s_ratio": statistics.median(per_round),
-        "samples_per_s_ratio_spread": spread(per_round),
-    }
+    data: dict = {"args": vars(args), "model_params": params, "vocab_size": vocab, "rows": rows}
+    data["by_mode"] = by_mode(data)
+    headline = data["by_mode"][headline_mode(data)]["samples_per_s_ratio"]
+    data.update(samples_per_s_ratio=headline["median"], samples_per_s_ratio_spread=headline)
     path = RESULTS.with_name(f"vs_trl_representative_{args.label}.json") if args.label else RESULTS
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2))
-    path.with_suffix(".md").write_text(markdown(data) + "\n")
+    data = write_result(path, data, markdown)
     print(markdown(data))
 
 
 def markdown(data: dict) -> str:
     args, rows = data["args"], data["rows"]
     lines = [
-        f"Qwen3-style model, {data['model_params'] / 1e6:.0f}M parameters ({args['layers']} layers); arithmetic word problems "
+        f"Qwen3-style model, {data['model_params'] / 1e6:.0f}M parameters ({args['layers']} layers, vocabulary "
+        + (f"{data['vocab_size']}" if "vocab_size" in data else "832: the built-in corpus's 778 tokens, before 2026-12-07")
+        + f"); arithmetic word problems "
         f"answered in up to {args['max_tokens']} tokens; {args['prompts']} prompts x {args['group_size']} completions per step, "
-        f"{args['steps']} steps a run, {args['pairs']} alternating rounds: median (min-max)"
+        f"{args['steps']} steps a run, {args['pairs']} alternating rounds ({seeds_note(data, args['pairs'])}): median (min-max); "
+        "a random model, so no learning is shown"
         + ("; TRL's process kept freed memory as rlsvc's actors do (rlsvc/malloc.py)" if args.get("trl_keep_freed_memory") else "")
         + "\n",
         "| framework | samples/s | s per step: phases | mean training reward, per run |",
@@ -271,9 +286,17 @@ def markdown(data: dict) -> str:
         phases = ", ".join(f"{p} {v:.2f}" for p, v in r["phase_s"].items())
         returns = "/".join(f"{x['mean_return']:.3f}" for x in r["runs"])
         lines.append(f"| {name} | {r['samples_per_s']:.2f} ({s['min']:.2f}-{s['max']:.2f}) | {phases} | {returns} |")
-    ratio = data["samples_per_s_ratio_spread"]
-    summary = (
-        f"\nfaster rlsvc mode / TRL, samples/s: **{data['samples_per_s_ratio']:.2f}x** ({ratio['min']:.2f}-{ratio['max']:.2f}, per round)"
+    first = headline_mode(data)
+    modes = by_mode(data)
+    summary = "\n" + "; ".join(
+        f"{name} / TRL GRPOTrainer (synchronous), samples/s"
+        + (
+            f" (like for like): **{m['samples_per_s_ratio']['median']:.2f}x**"
+            if name == first
+            else f" (beside it, one version stale): {m['samples_per_s_ratio']['median']:.2f}x"
+        )
+        + f" ({m['samples_per_s_ratio']['min']:.2f}-{m['samples_per_s_ratio']['max']:.2f}, per round)"
+        for name, m in sorted(modes.items(), key=lambda kv: kv[0] != first)
     )
     step = {name: statistics.median(x["train_s"] / x["steps"] for x in r["runs"]) for name, r in rows.items()}
     summary += "; a step takes " + ", ".join(f"{secs:.2f} s in {name}" for name, secs in step.items())

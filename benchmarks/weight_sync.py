@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 from benchmarks import RESULTS_DIR  # noqa: E402
 from benchmarks.pairs import alternate, spread  # noqa: E402
+from benchmarks.provenance import write_result  # noqa: E402
 from rlsvc.cluster.actors import RolloutWorker, TrainerWorker  # noqa: E402
 from rlsvc.cluster.ray_setup import WORKER_ENV  # noqa: E402
 from rlsvc.cluster.weight_sync import build_weight_sync  # noqa: E402
@@ -180,19 +181,15 @@ def main() -> None:
         [r for r in kept if (round(r["params_m"]), r["transport"]) not in fresh] + rows, key=lambda r: (r["params_m"], r["transport"])
     )
     # "latest": which rows this run measured (benchmarks/__main__.py shows only those)
-    RESULTS.write_text(
-        json.dumps(
-            {
-                "rows": merged,
-                "latest": [[round(r["params_m"]), r["transport"]] for r in rows],
-                "cpus": os.cpu_count(),
-                "workers": args.workers,
-                "threads": args.threads,
-            },
-            indent=2,
-        )
-    )
-    RESULTS.with_suffix(".md").write_text(markdown(json.loads(RESULTS.read_text())) + "\n")
+    # the provenance is this run's: it measured the `latest` rows (the kept ones came from earlier runs)
+    data = {
+        "rows": merged,
+        "latest": [[round(r["params_m"]), r["transport"]] for r in rows],
+        "cpus": os.cpu_count(),
+        "workers": args.workers,
+        "threads": args.threads,
+    }
+    write_result(RESULTS, data, markdown)
     print(table(rows))
 
 
