@@ -30,6 +30,7 @@ import torch  # noqa: E402
 
 from benchmarks import RESULTS_DIR  # noqa: E402
 from benchmarks.pairs import alternate, spread  # noqa: E402
+from benchmarks.provenance import write_result  # noqa: E402
 from benchmarks.rollout_representative import MODEL  # noqa: E402
 from rlsvc.cluster.actors import RolloutWorker, TrainerWorker  # noqa: E402
 from rlsvc.cluster.ray_setup import WORKER_ENV  # noqa: E402
@@ -191,10 +192,7 @@ def main() -> None:
             data = measure(args, folder)
     finally:
         ray.shutdown()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(markdown(data) + "\n")
-    print(markdown(data))
+    print(markdown(write_result(args.out, data, markdown)))
 
 
 if __name__ == "__main__":

@@ -156,6 +156,20 @@ def weight_sync(data: dict | None) -> list[Row]:
     ]
 
 
+def lora_sync(data: dict | None) -> list[Row]:
+    size = "28M Qwen3, rank 16 on q/k/v/o"
+    rows = [f"LoRA bytes per sync >= 20x fewer than full ({size})", f"LoRA sync time >= 5x shorter than full ({size}, alternating pairs)"]
+    step = f"LoRA trainer step time vs full ({size}; reported)"
+    if data is None:
+        return [Row(t, NOT_MEASURED, None) for t in (*rows, step)]
+    ratio = data["bytes_per_sync"]["ratio"]
+    return [
+        Row(rows[0], f"{ratio:.1f}x", ratio >= 20),
+        Row(rows[1], ratio_text(data["sync_s"]["ratio"]), data["sync_s"]["ratio"]["median"] >= 5),
+        Row(step, ratio_text(data["step_s"]["ratio"]) + " faster", None),
+    ]
+
+
 def placeholder(what: str) -> Callable[[dict | None], list[Row]]:
     """A target whose benchmark joins the suite at merge: the row says so until then."""
 
@@ -180,9 +194,9 @@ TARGETS: dict[str, Callable[[dict | None], list[Row]]] = {
     "async": async_,
     "floor": floor,
     "weight_sync": weight_sync,
-    # placeholders: their benchmarks join the suite at merge (the LoRA sync and the endpoint's overhead)
-    "lora_sync": placeholder("LoRA weight sync: target to be set at merge"),
-    "endpoint_overhead": placeholder("the endpoint's overhead: target to be set at merge"),
+    "lora_sync": lora_sync,
+    # its benchmark is not written yet (docs/agents.md): the row stays, not measured
+    "endpoint_overhead": placeholder("the OpenAI-compatible endpoint's overhead <= 10% of step time (same episodes, direct engine calls)"),
 }
 
 

@@ -151,3 +151,10 @@ def test_vs_trl_representative_quick_trains_both_frameworks_on_the_same_task(tmp
         assert row["phase_s"]["generation"] > 0 and row["phase_s"]["train"] > 0
     rows = data["rows"]
     assert math.isclose(data["samples_per_s_ratio"], rows["rlsvc (sync)"]["samples_per_s"] / rows["TRL GRPOTrainer"]["samples_per_s"])
+
+
+def test_lora_sync_quick_ships_only_the_adapter_and_records_its_commit(tmp_path: Path):
+    data = run_bench("lora_sync", quick_args("lora_sync"), tmp_path)
+    assert 0 < data["bytes_per_sync"]["lora"] < data["bytes_per_sync"]["full"]  # the adapter's tensors only
+    assert data["sync_s"]["ratio"]["min"] <= data["sync_s"]["ratio"]["median"] <= data["sync_s"]["ratio"]["max"]
+    assert data["provenance"]["commit"]

@@ -109,4 +109,5 @@ def test_latest_md_names_each_rows_commit() -> None:
     assert "synchronous episodes/s" in text and "| not measured | - | - | commit feedbee with uncommitted changes |" in text
     assert "(9 s on elsewhere, commit 1234567)" in text  # a benchmark run on another host says so
     assert "rollout useful tokens/s >= 3x eager HF generate (representative" in text and "| not measured | - | - | not measured |" in text
-    assert "LoRA weight sync: target to be set at merge | not measured |" in text  # placeholders the lead fills at merge
+    assert "LoRA bytes per sync >= 20x fewer than full (28M Qwen3, rank 16 on q/k/v/o) | not measured |" in text
+    assert "endpoint's overhead <= 10% of step time (same episodes, direct engine calls) | not measured |" in text
