@@ -72,6 +72,10 @@ class CpuSampler:
                     used = t.user + t.system
                     if proc.pid not in seen or seen[proc.pid][0].create_time() != proc.create_time():
                         seen[proc.pid] = (proc, role(proc.cmdline()), used)
+                        # born in this interval: all its CPU was used in it (a start-up's import burst);
+                        # one seen first later (at the first sample) had used its CPU before we looked
+                        if proc.create_time() >= last_t:
+                            by_role[seen[proc.pid][1]] += used / (now - last_t)
                         continue
                     _, name, before = seen[proc.pid]
                     name = role(proc.cmdline()) if name == "other" else name  # a Ray worker becomes an actor

@@ -347,7 +347,9 @@ def test_cpu_sampler_names_roles_and_measures_a_busy_child() -> None:
     assert role(["python", "-m", "rlsvc.train", "run.steps=3"]) == "driver"
     sampler = CpuSampler(interval_s=0.5)
     t0 = time.time()
-    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass"])
+    # busy for 3 s, then idle long enough for two samples to see all of it before it exits (a
+    # process's CPU after the last sample before its exit cannot be seen: a sampler's limit)
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 3\nwhile time.time() < end: pass\ntime.sleep(1.2)"])
     _, _, usage = os.wait4(busy.pid, 0)  # the child's own CPU time, whatever else the machine runs
     busy.returncode = 0
     t1 = time.time()
