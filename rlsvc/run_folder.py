@@ -53,6 +53,14 @@ class RunFolder:
         for path in sorted(p for p in self.local.rglob("*") if p.is_file()):
             fs.put_file(str(path), f"{base}/{path.relative_to(self.local)}")
 
+    def discard_staging(self) -> None:
+        """Remove the local staging copy of an object-store run (after its last upload); a
+        local run folder is the run itself and stays."""
+        if self.remote is not None:
+            import shutil
+
+            shutil.rmtree(self.local.parent, ignore_errors=True)  # the mkdtemp folder `_staging` made
+
 
 def create(output_dir: str, name: str) -> RunFolder:
     """A new run folder `output_dir/name` (refused if it exists)."""

@@ -164,6 +164,8 @@ def close(job: JobRun) -> None:
             job.conn.shutdown()
     finally:
         job.preemption.uninstall()
+        if job.status == "FINISHED":  # all uploaded; a stopped job keeps its staged files, as they were
+            job.folder.discard_staging()
 
 
 def summary(

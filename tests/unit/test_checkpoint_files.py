@@ -155,3 +155,19 @@ def test_an_object_store_that_cannot_be_written_or_read_is_one_line_before_any_c
     not_a_run = subprocess.run([*train, "--resume", f"{s3_bucket}/runs/nothing-here"], env=env, capture_output=True, text=True, timeout=120)
     assert not_a_run.returncode == 2 and "Traceback" not in not_a_run.stderr, not_a_run.stderr
     assert not_a_run.stderr.strip() == f"rlsvc.train: not a run folder (no config.yaml): {s3_bucket}/runs/nothing-here"
+
+
+def test_a_finished_object_store_runs_staging_copy_is_removed_after_its_upload(tmp_path):
+    import fsspec
+
+    from rlsvc.run_folder import create
+
+    folder = create("memory://rlsvc-test-runs", "run-1")
+    (folder.local / "result.json").write_text("{}")
+    folder.sync()
+    staging = folder.local.parent
+    folder.discard_staging()
+    assert not staging.exists() and fsspec.filesystem("memory").exists("/rlsvc-test-runs/run-1/result.json")
+    local = create(str(tmp_path), "run-2")  # a local run folder is the run itself: it stays
+    local.discard_staging()
+    assert local.local.is_dir()
