@@ -16,7 +16,6 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     temp_root = args.ray_temp_dir or ray_temp_root()
     args.data.mkdir(parents=True, exist_ok=True)
-    config = Path(tempfile.mkdtemp(prefix="rlsvc-prometheus-")) / "prometheus.yml"
+    # beside the storage folder, rewritten at each start: Prometheus is exec'd below, so a
+    # temporary folder would outlive it
+    config = args.data.with_name(args.data.name + ".yml")
     config.write_text(render(temp_root, args.scrape_interval))
     url = f"http://127.0.0.1:{args.port}"
     print(f"monitor: Prometheus at {url}, scraping the nodes in {temp_root / 'prom_metrics_service_discovery.json'}", flush=True)
