@@ -93,9 +93,13 @@ def resume_point(run_folder: str):
         run = open_existing(run_folder)  # one in an object store: staged locally, checkpoints left there
     except (OSError, ValueError, ImportError) as e:  # no credentials, no bucket, no s3fs: the library's reason
         raise CheckpointError(f"cannot read run folder {run_folder}: {type(e).__name__}: {e}") from e
-    if not (run.local / "config.yaml").is_file():
-        raise CheckpointError(f"not a run folder (no config.yaml): {run.location if is_remote(run_folder) else run.local}")
-    folder, state, skipped = latest_checkpoint(run.checkpoints)
+    try:
+        if not (run.local / "config.yaml").is_file():
+            raise CheckpointError(f"not a run folder (no config.yaml): {run.location if is_remote(run_folder) else run.local}")
+        folder, state, skipped = latest_checkpoint(run.checkpoints)
+    except CheckpointError:
+        run.discard_staging()  # refused: nothing will use what was staged
+        raise
     for line in skipped:
         print(f"rlsvc.train: {line}", file=sys.stderr)
     return ResumePoint(run, folder, state)

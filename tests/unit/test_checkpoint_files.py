@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import fsspec
 import pytest
@@ -155,6 +156,9 @@ def test_an_object_store_that_cannot_be_written_or_read_is_one_line_before_any_c
     not_a_run = subprocess.run([*train, "--resume", f"{s3_bucket}/runs/nothing-here"], env=env, capture_output=True, text=True, timeout=120)
     assert not_a_run.returncode == 2 and "Traceback" not in not_a_run.stderr, not_a_run.stderr
     assert not_a_run.stderr.strip() == f"rlsvc.train: not a run folder (no config.yaml): {s3_bucket}/runs/nothing-here"
+    import tempfile
+
+    assert not list(Path(tempfile.gettempdir()).glob("rlsvc-staging-*/nothing-here"))  # the refused folder's staging is gone
 
 
 def test_a_finished_object_store_runs_staging_copy_is_removed_after_its_upload(tmp_path):
