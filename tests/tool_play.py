@@ -13,9 +13,28 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rlsvc.rollout.runner import RolloutRunner
 
 MCP_SERVER = Path(__file__).resolve().parent / "data" / "mcp_lookup_server.py"
+
+
+# Fixtures for the tool-calling unit tests, which run on both families' chat templates and call
+# formats (Qwen3's Hermes-style calls, Llama 3's JSON). A module takes them by assignment,
+# `family, tokenizer = tool_play.family, tool_play.tokenizer` (tests/unit/conftest.py cannot
+# exist: the unit tests import tests/conftest.py as `conftest`).
+@pytest.fixture(scope="module", params=["qwen3", "llama"])
+def family(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def tokenizer(family):
+    from rlsvc.models.hf_tokenizer import build_chat_tokenizer
+    from rlsvc.tools.tiny import tool_tokenizer
+
+    return tool_tokenizer(build_chat_tokenizer(family, 720), family)
 
 
 def sampled(tokenizer: Any, reply: str) -> dict:

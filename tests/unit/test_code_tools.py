@@ -11,24 +11,15 @@ import re
 
 import pytest
 
-from rlsvc.models.hf_tokenizer import build_chat_tokenizer
 from rlsvc.problems.arithmetic import arithmetic_problem
 from rlsvc.task import TaskError
 from rlsvc.tasks.code_tools import CodeToolsTask
-from rlsvc.tools.tiny import tool_tokenizer
+from tests import tool_play
 from tests.tool_play import play, sampled
 
+family, tokenizer = tool_play.family, tool_play.tokenizer  # the two families' fixtures
+
 SEEDS = [300, 301]
-
-
-@pytest.fixture(scope="module", params=["qwen3", "llama"])
-def family(request):
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def tokenizer(family):
-    return tool_tokenizer(build_chat_tokenizer(family, 720), family)
 
 
 def _call(family: str, name: str, **arguments: str) -> str:

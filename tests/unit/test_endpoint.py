@@ -16,14 +16,15 @@ import pytest
 from pydantic import ValidationError
 
 from rlsvc.config import EndpointConfig
-from rlsvc.models.hf_tokenizer import build_chat_tokenizer
 from rlsvc.serve.batcher import Batcher
 from rlsvc.serve.endpoint import Endpoint
 from rlsvc.serve.http import serve
 from rlsvc.tools.schema import function
-from rlsvc.tools.tiny import tool_tokenizer
 from rlsvc.trainer.batch import build_batch
+from tests import tool_play
 from tests.tool_play import ScriptedCalculator as Scripted
+
+family, tokenizer = tool_play.family, tool_play.tokenizer  # the two families' fixtures
 
 TOOLS = [
     function(
@@ -33,16 +34,6 @@ TOOLS = [
     )
 ]
 QUESTION = [{"role": "system", "content": "Use the tool."}, {"role": "user", "content": "What is 2 + 3?"}]
-
-
-@pytest.fixture(scope="module", params=["qwen3", "llama"])
-def family(request):
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def tokenizer(family):
-    return tool_tokenizer(build_chat_tokenizer(family, 720), family)
 
 
 @pytest.fixture

@@ -12,24 +12,15 @@ import re
 
 import pytest
 
-from rlsvc.models.hf_tokenizer import build_chat_tokenizer
 from rlsvc.task import TaskError
 from rlsvc.tasks.calculator import CalculatorTask, calculate
 from rlsvc.tools.schema import ToolCall, check_call, check_tools, function
-from rlsvc.tools.tiny import tool_tokenizer
+from tests import tool_play
 from tests.tool_play import play, sampled
 
+family, tokenizer = tool_play.family, tool_play.tokenizer  # the two families' fixtures
+
 PARAMS = {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}
-
-
-@pytest.fixture(scope="module", params=["qwen3", "llama"])
-def family(request):
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def tokenizer(family):
-    return tool_tokenizer(build_chat_tokenizer(family, 720), family)
 
 
 def test_declarations_that_are_not_function_tools_or_json_schema_are_refused_in_one_line():
