@@ -49,10 +49,14 @@ def test_the_default_job_trains_against_a_server_that_is_killed_and_restarted(st
         f"tracking.tracking_uri={uri}",
         "tracking.experiment=remote",
     ]
+    # The store's tables are made here, before the job starts: MLflow's first open of a sqlite file
+    # migrates it, and two processes migrating one file at once fail (one CI run: "No such
+    # constraint: 'uq_registered_models_name'").
+    client = MlflowClient(uri)
     log = (tmp_path / "job.log").open("w")
     job = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"}, stdout=log, stderr=subprocess.STDOUT)
     try:
-        client, deadline = MlflowClient(uri), time.monotonic() + 600
+        deadline = time.monotonic() + 600
         while logged_steps(client, uri, "remote") < KILL_AFTER:
             assert job.poll() is None, (tmp_path / "job.log").read_text()[-4000:]
             assert time.monotonic() < deadline, "the job did not reach the kill point"
