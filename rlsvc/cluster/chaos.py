@@ -20,11 +20,13 @@ import sys
 import time
 
 
-def live_rlsvc_actors() -> list[tuple[str, str]]:
-    """(name, namespace) of every live actor whose name starts with `rlsvc-`."""
+def live_rlsvc_actors(address: str) -> list[tuple[str, str]]:
+    """(name, namespace) of every live actor of the cluster at `address` (its GCS) whose name
+    starts with `rlsvc-`. The address is given: left to find the cluster, Ray's state API gives
+    up wherever another Ray instance runs on the machine."""
     from ray.util.state import list_actors
 
-    actors = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False, detail=True)
+    actors = list_actors(address, [("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False, detail=True)
     return sorted((a.name, a.ray_namespace or "") for a in actors if a.name and a.name.startswith("rlsvc-"))
 
 
@@ -40,10 +42,10 @@ def cluster_reachable(address: str) -> bool:
     return True
 
 
-def kill_one(rng: random.Random, roles: set[str] | None) -> str | None:
+def kill_one(address: str, rng: random.Random, roles: set[str] | None) -> str | None:
     import ray
 
-    choices = [(n, ns) for n, ns in live_rlsvc_actors() if roles is None or n.split("-")[1] in roles]
+    choices = [(n, ns) for n, ns in live_rlsvc_actors(address) if roles is None or n.split("-")[1] in roles]
     if not choices:
         return None
     name, namespace = rng.choice(choices)
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             if not cluster_reachable(args.address):
                 cluster_gone = True
                 break
-            name = kill_one(rng, roles)
+            name = kill_one(args.address, rng, roles)
             if name is not None:
                 killed[name] = killed.get(name, 0) + 1
                 print(json.dumps({"t_s": round(time.time() - start, 1), "killed": name, "kills": sum(killed.values())}), flush=True)

@@ -69,8 +69,11 @@ class RestartWatch:
     def actor_states(self) -> list[Any]:
         from ray.util.state import list_actors
 
-        job_id = ray.get_runtime_context().get_job_id()
-        return list_actors(filters=[("job_id", "=", job_id)], detail=True, limit=10_000, timeout=10, raise_on_missing_output=False)
+        # this job's cluster by its address: left to find it, the state API gives up wherever
+        # another Ray instance runs on the machine ("Found multiple active Ray instances")
+        context = ray.get_runtime_context()
+        filters = [("job_id", "=", context.get_job_id())]
+        return list_actors(context.gcs_address, filters, limit=10_000, timeout=10, detail=True, raise_on_missing_output=False)
 
     def count(self, states: list[Any]) -> None:
         """Report the restarts since the last poll; a report that raises kills its actor for good."""

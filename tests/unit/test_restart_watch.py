@@ -49,3 +49,20 @@ def test_a_spent_budget_kills_the_crash_looping_actor_for_good(monkeypatch):
 def test_the_death_message_comes_from_rays_death_cause():
     assert death_message(state("r", 1, {"actor_died_error_context": {"error_message": "OOM"}})) == "OOM"
     assert death_message(state("r", 1)) == ""
+
+
+def test_the_state_api_is_asked_at_this_jobs_cluster_address(monkeypatch):
+    """Left to find the cluster itself, Ray's state API gives up wherever another Ray instance
+    runs on the machine ("Found multiple active Ray instances"), and the watch would count no
+    restart: it is given the job's own GCS address (the chaos injector too)."""
+    import ray.util.state
+
+    from rlsvc.cluster import chaos
+
+    asked: list[object] = []
+    monkeypatch.setattr(ray.util.state, "list_actors", lambda address=None, *a, **k: asked.append(address) or [])
+    context = SimpleNamespace(gcs_address="127.0.0.1:6390", get_job_id=lambda: "02000000")
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: context)
+    RestartWatch(services(), lambda *_: None).actor_states()
+    chaos.live_rlsvc_actors("127.0.0.1:6391")
+    assert asked == ["127.0.0.1:6390", "127.0.0.1:6391"]
