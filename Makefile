@@ -60,13 +60,18 @@ notebooks: install
 run: install
 	$(BIN)/python -m rlsvc.train $(ARGS)
 
-# The unit tier on two pytest-xdist workers (it keeps about 1.3 of 2 cores busy alone), then the
-# integration and end-to-end tiers one test at a time: each of those starts its own Ray cluster
-# and uses every core. Unit tests marked `alone` check machine-wide state that a test on the
-# other worker would disturb: they run with the second. Both runs happen even when the first fails.
+# The unit tier on two pytest-xdist workers (it keeps about 1.3 of 2 cores busy alone); then the
+# integration and end-to-end tests marked `concurrent` two at a time (the benchmarks' quick runs,
+# jobs that check what they computed: a job alone leaves part of the second core idle); then the
+# other integration and end-to-end tests one at a time: they use every core, and some depend on
+# timing (a job's budget, a kill while a step runs) or on being the machine's only Ray cluster.
+# Unit tests marked `alone` check machine-wide state that a test on the other worker would
+# disturb: they run with the last. All three runs happen whichever fails.
 test: install crds prometheus chromium lint
 	$(BIN)/python -m pytest tests -m "not integration and not e2e and not alone" -n 2 --durations=10; unit=$$?; \
-	$(BIN)/python -m pytest tests -m "alone or integration or e2e" --durations=0 --durations-min=5 && exit $$unit
+	$(BIN)/python -m pytest tests -m "concurrent" -n 2 --durations=0 --durations-min=5; paired=$$?; \
+	$(BIN)/python -m pytest tests -m "(alone or integration or e2e) and not concurrent" --durations=0 --durations-min=5; heavy=$$?; \
+	exit $$(( unit || paired || heavy ))
 
 test-fast: install
 	$(BIN)/python -m pytest tests -m "not integration and not e2e"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +41,43 @@ def ray_cluster():
     )
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def mlflow_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sqlite MLflow store with its tables made, once a session. MLflow's first open of a new
+    sqlite file runs its whole chain of schema migrations, and a job waits for it before it
+    registers with Ray (rlsvc/job/start.py): 2-3 s of every test job's start-up on the quiet
+    machine, more under load. A test's store is a copy of this one (`mlflow_store`), which a job
+    opens at once, as it would its team's existing store. The default job's own first run, store
+    made from nothing, stays tested (tests/e2e/test_train_learns.py, the quick-start notebook)."""
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
+def mlflow_store(template: Path, folder: Path, name: str = "mlflow.db") -> str:
+    """A copy of the session's made store (`mlflow_template`) in `folder`; returns its URI."""
+    shutil.copyfile(template, folder / name)
+    return f"sqlite:///{folder / name}"
+
+
+LEAN_JOB = ["tracking.log_model=false", "cluster.include_dashboard=false"]
+"""Overrides for test jobs that check neither the MLflow model nor the Ray dashboard: the end
+logs no MLflow model (a copy of the checkpoint, loaded twice more in the driver) and the job's
+local cluster starts no dashboard, both on the two cores the job's actors need. Each stays tested
+where it is the subject: the model in tests/e2e/test_train_learns.py and the quick-start
+notebook, the dashboard in tests/e2e/test_operator_views.py and test_ray_job_submit.py. Not for a
+job whose actors are meant to die: without the dashboard Ray's state API is gone, and with it
+the count of Ray's restarts against `faults.*` (`cluster.include_dashboard`)."""
+
+
+@pytest.fixture
+def mlflow_uri(mlflow_template: Path, tmp_path: Path) -> str:
+    """A made MLflow store of this test's own (see `mlflow_template`)."""
+    return mlflow_store(mlflow_template, tmp_path)
 
 
 @pytest.fixture

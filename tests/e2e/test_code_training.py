@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import LEAN_JOB, mlflow_store
 
 from rlsvc.sandbox.fake_together import FakeTogether
 
@@ -23,9 +24,9 @@ STEPS = 3
 
 
 @pytest.fixture(scope="module")
-def uri(tmp_path_factory) -> str:
+def uri(tmp_path_factory, mlflow_template) -> str:
     """One MLflow store for both runs, so `rlsvc.compare` can put them side by side."""
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    return mlflow_store(mlflow_template, tmp_path_factory.mktemp("mlflow"))
 
 
 def train(tmp_path: Path, uri: str, *overrides: str, env_extra: dict | None = None) -> tuple[dict, str]:
@@ -37,6 +38,7 @@ def train(tmp_path: Path, uri: str, *overrides: str, env_extra: dict | None = No
         "--config",
         str(REPO / "configs/code_tiny.yaml"),
         f"run.steps={STEPS}",
+        *LEAN_JOB,
         f"run.output_dir={tmp_path / 'runs'}",
         f"tracking.tracking_uri={uri}",
         *overrides,

@@ -14,8 +14,8 @@ import pytest
 pytestmark = pytest.mark.e2e
 
 
-def test_an_actor_that_dies_at_every_start_stops_the_job_within_its_budget(tmp_path):
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_an_actor_that_dies_at_every_start_stops_the_job_within_its_budget(tmp_path, mlflow_uri):
+    uri = mlflow_uri
     cmd = [sys.executable, "-m", "rlsvc.train", "run.steps=3", "faults.crash_on_start=reward", "faults.max_actor_restarts=2"]
     cmd += [f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", "eval.episodes=0"]
     out = subprocess.run(cmd, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=900)

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import LEAN_JOB
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.concurrent]
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 3
 
@@ -53,10 +54,10 @@ JOBS = [("blackjack", "qwen2"), ("code", "qwen3"), ("code", "llama")]
 
 
 @pytest.mark.parametrize(("task", "family"), JOBS)
-def test_a_grpo_job_on_a_pretrained_checkpoint(family: str, task: str, tmp_path: Path):
+def test_a_grpo_job_on_a_pretrained_checkpoint(family: str, task: str, tmp_path: Path, mlflow_uri: str):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     cmd = [
         sys.executable,
         "-m",
@@ -67,6 +68,7 @@ def test_a_grpo_job_on_a_pretrained_checkpoint(family: str, task: str, tmp_path:
         f"run.output_dir={tmp_path / 'runs'}",
         f"tracking.tracking_uri={uri}",
         *COMMON,
+        *LEAN_JOB,
         *TASKS[task],
     ]
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1"}

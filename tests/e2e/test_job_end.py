@@ -22,13 +22,13 @@ pytestmark = pytest.mark.e2e
 PROBE = Path(__file__).with_name("job_end")
 
 
-def test_actors_stop_while_the_saved_policy_is_evaluated(tmp_path):
+def test_actors_stop_while_the_saved_policy_is_evaluated(tmp_path, mlflow_uri):
     env = {
         **os.environ,
         "RAY_AUTH_MODE": "disabled",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(PROBE), os.environ.get("PYTHONPATH")])),
     }
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     cmd = [
         sys.executable,
         "-m",

@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import LEAN_JOB
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.concurrent]
 REPO = Path(__file__).resolve().parents[2]
 STEPS = 3
 
@@ -44,11 +45,10 @@ def _train(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     return out
 
 
-def _job(tmp_path: Path, name: str, *overrides: str) -> tuple[dict, str]:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def _job(tmp_path: Path, uri: str, name: str, *overrides: str) -> tuple[dict, str]:
     runs = tmp_path / name
     base = ["--config", str(REPO / "configs/blackjack_hf_tiny.yaml"), f"run.output_dir={runs}", f"tracking.tracking_uri={uri}"]
-    _train(tmp_path, *base, *COMMON, *overrides)
+    _train(tmp_path, *base, *COMMON, *LEAN_JOB, *overrides)
     return json.loads(next(runs.glob("*/result.json")).read_text()), uri
 
 
@@ -63,8 +63,10 @@ def _base_bytes(result: dict) -> int:
     return sum(p.stat().st_size for p in Path(config["base_model_name_or_path"]).glob("*.safetensors"))
 
 
-def test_a_lora_job_syncs_adapters_saves_a_peft_folder_and_resumes_exactly(tmp_path: Path):
-    result, uri = _job(tmp_path, "sync", "run.checkpoint_every=2", "eval.keep_best=false", "eval.every_steps=0", "eval.episodes=0")
+def test_a_lora_job_syncs_adapters_saves_a_peft_folder_and_resumes_exactly(tmp_path: Path, mlflow_uri: str):
+    result, uri = _job(
+        tmp_path, mlflow_uri, "sync", "run.checkpoint_every=2", "eval.keep_best=false", "eval.every_steps=0", "eval.episodes=0"
+    )
     run_id, run_dir = result["mlflow_run_id"], Path(result["checkpoint"]).parent
     from mlflow.tracking import MlflowClient
 
@@ -119,9 +121,10 @@ def _peft_generates_the_jobs_greedy_tokens(adapter: Path, merged: Path) -> None:
     assert torch.equal(ours, theirs)
 
 
-def test_a_lora_job_runs_the_asynchronous_loop_over_the_object_store(tmp_path: Path):
+def test_a_lora_job_runs_the_asynchronous_loop_over_the_object_store(tmp_path: Path, mlflow_uri: str):
     result, uri = _job(
         tmp_path,
+        mlflow_uri,
         "async",
         "rollout.asynchronous=true",
         "buffer.max_staleness=1",
@@ -129,7 +132,6 @@ def test_a_lora_job_runs_the_asynchronous_loop_over_the_object_store(tmp_path: P
         "run.checkpoint_every=0",
         "eval.every_steps=0",
         "eval.episodes=0",
-        "tracking.log_model=false",
     )
     run_id = result["mlflow_run_id"]
     assert result["steps"] == STEPS

@@ -139,9 +139,10 @@ class LiveJob:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory) -> Iterator[LiveJob]:
+def live(tmp_path_factory, mlflow_template) -> Iterator[LiveJob]:
     assert prometheus_binary(), "no prometheus binary: `make prometheus` fetches Debian's package into .cache/"
     work = tmp_path_factory.mktemp("live")
+    shutil.copyfile(mlflow_template, work / "mlflow.db")  # a made store: tests/conftest.py
     ray_tmp = tempfile.mkdtemp(prefix="rp-", dir="/tmp")  # the head's temp root; a short path for Ray's sockets
     prom_port, dash_port, gcs_port = _free_port(), _free_port(), _free_port()
     prom_url = f"http://127.0.0.1:{prom_port}"

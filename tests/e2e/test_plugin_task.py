@@ -15,8 +15,9 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import LEAN_JOB
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.concurrent]
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "qa_task"
 DATA = REPO / "tests" / "data"
@@ -46,21 +47,22 @@ def entry_point_path(folder: Path) -> Path:
     return folder
 
 
-def train(tmp_path: Path, pythonpath: list[str], *overrides: str) -> tuple[dict, str, dict]:
+def train(tmp_path: Path, uri: str, pythonpath: list[str], *overrides: str) -> tuple[dict, str, dict]:
     """Run `rlsvc.train` on the example's tiny config with `overrides`: (result.json, the MLflow
-    URI, the environment it ran in)."""
+    URI, the environment it ran in). `uri`: a made store (tests/conftest.py, mlflow_uri)."""
     # this checkout's rlsvc first, whatever copy is installed
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.pathsep.join([str(REPO), *pythonpath])}
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    cmd = [sys.executable, "-m", "rlsvc.train", "--config", str(EXAMPLE / "qa_tiny.yaml"), f"run.steps={STEPS}"]
+    cmd = [sys.executable, "-m", "rlsvc.train", "--config", str(EXAMPLE / "qa_tiny.yaml"), f"run.steps={STEPS}", *LEAN_JOB]
     cmd += [f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", *overrides]
     out = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     return json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text()), uri, env
 
 
-def test_the_example_task_trains_by_its_entry_point(tmp_path):
-    result, uri, _ = train(tmp_path, [str(EXAMPLE), str(entry_point_path(tmp_path / "site"))], "eval.every_steps=1", "env.task=qa")
+def test_the_example_task_trains_by_its_entry_point(tmp_path, mlflow_uri):
+    result, uri, _ = train(
+        tmp_path, mlflow_uri, [str(EXAMPLE), str(entry_point_path(tmp_path / "site"))], "eval.every_steps=1", "env.task=qa"
+    )
 
     from mlflow.tracking import MlflowClient
 
@@ -80,9 +82,9 @@ def test_the_example_task_trains_by_its_entry_point(tmp_path):
     assert transcripts and all(t["turns"][0]["obs"]["prompt"].endswith("=") and t["outcome"] in ("correct", "wrong") for t in transcripts)
 
 
-def test_a_new_single_turn_task_trains_and_rlsvc_eval_scores_its_policy(tmp_path):
+def test_a_new_single_turn_task_trains_and_rlsvc_eval_scores_its_policy(tmp_path, mlflow_uri):
     task = "env.task=last_digit_task:LastDigitTask"
-    result, uri, env = train(tmp_path, [str(DATA)], task, "env.options={}", "eval.every_steps=0", "eval.episodes=30")
+    result, uri, env = train(tmp_path, mlflow_uri, [str(DATA)], task, "env.options={}", "eval.every_steps=0", "eval.episodes=30")
 
     from mlflow.tracking import MlflowClient
 

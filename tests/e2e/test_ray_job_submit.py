@@ -189,7 +189,7 @@ def deployed():
     cluster.stop()
 
 
-def test_the_rayjob_places_each_actor_on_its_group_and_survives_losing_a_node_of_each(deployed, tmp_path: Path):
+def test_the_rayjob_places_each_actor_on_its_group_and_survives_losing_a_node_of_each(deployed, tmp_path: Path, mlflow_uri: str):
     """The overlay's RayJob (its entrypoint, runtime env and metadata; shortened) through
     `ray job submit`. Once it trains, Ray's state API shows rollout/trainer actors on
     gpu-workers and env/reward/buffer on cpu-workers. Then the node running the policy actors and
@@ -206,7 +206,7 @@ def test_the_rayjob_places_each_actor_on_its_group_and_survives_losing_a_node_of
     runs = tmp_path / "runs"
     steps = 8
     env_vars = yaml.safe_load(rayjob["spec"]["runtimeEnvYAML"])["env_vars"]
-    runtime_env = {"env_vars": {**env_vars, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}}
+    runtime_env = {"env_vars": {**env_vars, "MLFLOW_TRACKING_URI": mlflow_uri}}
     # the image's /app is this checkout
     entrypoint = re.sub(r"/app/", f"{REPO}/", rayjob["spec"]["entrypoint"]).split()
     entrypoint = [a for a in entrypoint if not a.startswith("run.output_dir=")]

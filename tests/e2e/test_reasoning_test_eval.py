@@ -21,9 +21,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import LEAN_JOB
 from gsm8k_rows import gsm8k_rows
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.concurrent]
 REPO = Path(__file__).resolve().parents[2]
 STEPS, EVERY, K = 4, 2, 3
 EVALUATED = [0, 2, 4]  # the start point, then every EVERY steps
@@ -37,15 +38,15 @@ def strict_right(text: str, final: str) -> bool:
 
 
 @pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
-def test_the_test_split_is_evaluated_through_the_engines_during_training(tmp_path: Path, asynchronous: bool):
+def test_the_test_split_is_evaluated_through_the_engines_during_training(tmp_path: Path, mlflow_uri: str, asynchronous: bool):
     test_rows = gsm8k_rows(100, 8)
     for split, rows in (("train", gsm8k_rows(0, 40)), ("test", test_rows)):
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     cmd = [
         *(sys.executable, "-m", "rlsvc.train", "--config", str(REPO / "configs/math_tiny.yaml")),
         *("env.data.train=train.jsonl", "env.data.test=test.jsonl"),
-        *(f"run.steps={STEPS}", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", "eval.episodes=8"),
+        *(f"run.steps={STEPS}", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}", "eval.episodes=8", *LEAN_JOB),
         *(f"eval.test_every_steps={EVERY}", f"eval.test_samples={K}", f"rollout.asynchronous={str(asynchronous).lower()}"),
         *(["eval.select_on_test=true"] if asynchronous else []),
     ]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import StartServer, stop_process
+from conftest import LEAN_JOB, StartServer, stop_process
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
@@ -28,12 +28,12 @@ def logged_steps(client, uri: str, experiment: str) -> int:
     return len(client.get_metric_history(runs[0].info.run_id, "return_mean")) if runs else 0
 
 
-def test_the_default_job_trains_against_a_server_that_is_killed_and_restarted(start_server: StartServer, tmp_path):
+def test_the_default_job_trains_against_a_server_that_is_killed_and_restarted(start_server: StartServer, tmp_path, mlflow_uri):
     from mlflow.tracking import MlflowClient
 
     server, url = start_server(256)
     port = int(url.rsplit(":", 1)[1])
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     cmd = [
         sys.executable,
         "-m",
@@ -42,6 +42,7 @@ def test_the_default_job_trains_against_a_server_that_is_killed_and_restarted(st
         "env.remote.connect_timeout_s=120",
         "env.step_latency_ms=100",  # env round trips dominate the step: the kill lands while episodes are in flight
         f"run.steps={STEPS}",
+        *LEAN_JOB,
         "run.time_budget_minutes=null",
         "eval.every_steps=6",
         "eval.episodes=2000",
@@ -49,9 +50,9 @@ def test_the_default_job_trains_against_a_server_that_is_killed_and_restarted(st
         f"tracking.tracking_uri={uri}",
         "tracking.experiment=remote",
     ]
-    # The store's tables are made here, before the job starts: MLflow's first open of a sqlite file
-    # migrates it, and two processes migrating one file at once fail (one CI run: "No such
-    # constraint: 'uq_registered_models_name'").
+    # The store's tables are made already (tests/conftest.py, mlflow_template): MLflow's first open
+    # of a new sqlite file migrates it, and this test's client and the job migrating one file at
+    # once failed a CI run ("No such constraint: 'uq_registered_models_name'").
     client = MlflowClient(uri)
     log = (tmp_path / "job.log").open("w")
     job = subprocess.Popen(cmd, cwd=tmp_path, env={**os.environ, "RAY_AUTH_MODE": "disabled"}, stdout=log, stderr=subprocess.STDOUT)

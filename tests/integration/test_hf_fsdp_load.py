@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 WORLD_SIZE = 2
 IDS = torch.randint(0, 320, (4, 11), generator=torch.Generator().manual_seed(5))

@@ -13,11 +13,11 @@ import pytest
 pytestmark = pytest.mark.integration
 
 
-def test_more_gpus_than_the_cluster_has_is_refused_before_any_actor(tmp_path):
+def test_more_gpus_than_the_cluster_has_is_refused_before_any_actor(tmp_path, mlflow_uri):
     """On a machine whose `nvidia-smi` lists a GPU that Ray does not get (here a stand-in script;
     without one, rlsvc.train refuses a GPU config before starting a cluster), the placement check
     on the joined cluster refuses it."""
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_uri
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in (UUID: GPU-0)'\n")

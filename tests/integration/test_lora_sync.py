@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 
 _versions = itertools.count(0)
 PROMPTS = [[1, 3 + i, 10 + i, 20 + i] for i in range(8)]

@@ -25,7 +25,7 @@ from rlsvc.models.spec import PretrainedModel
 from rlsvc.trainer.lora import LoraSettings, save_peft_adapter
 from rlsvc.trainer.titan_trainer import TitanTrainer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 
 LORA = LoraSettings(rank=4, alpha=8.0, targets=("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
 PROMPTS = [[5, 17, 33, 8, 90], [7, 7, 120, 44]]

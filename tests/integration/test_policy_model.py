@@ -10,7 +10,7 @@ import pytest
 from rlsvc.envs.blackjack import format_prompt
 from rlsvc.eval import all_states, load_policy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 
 
 def _checkpoint(folder, tokenizer: str, meta: dict):

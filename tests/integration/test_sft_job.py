@@ -15,9 +15,9 @@ import sys
 import pytest
 import torch
 
-from tests.conftest import REPO
+from tests.conftest import REPO, mlflow_store
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 
 TRAIN, EPOCHS, EVAL_PROBLEMS, MAX_NEW = 400, 3, 40, 120
 
@@ -28,13 +28,14 @@ def own_strict_answer(text: str) -> int | None:
 
 
 @pytest.fixture(scope="module")
-def job(tmp_path_factory):
+def job(tmp_path_factory, mlflow_template):
     from rlsvc.models.make_tiny_hf import make_tiny_hf
     from rlsvc.reasoning.generate import LEVELS, generate, write
 
     tmp = tmp_path_factory.mktemp("sft_job")
     write(generate(TRAIN, EVAL_PROBLEMS, d=LEVELS["easy"]), tmp / "data")
     make_tiny_hf("qwen3", tmp / "start", seed=1)
+    uri = mlflow_store(mlflow_template, tmp)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"PYTHONPATH": str(REPO)}
     args = [
         f"data.path={tmp}/data",
@@ -48,7 +49,7 @@ def job(tmp_path_factory):
         "trainer.lr=0.003",
         f"eval.problems={EVAL_PROBLEMS}",
         f"eval.max_new_tokens={MAX_NEW}",
-        f"tracking.tracking_uri=sqlite:///{tmp}/mlflow.db",
+        f"tracking.tracking_uri={uri}",
         "tracking.system_metrics_interval_s=null",
         "cluster.include_dashboard=false",
     ]

@@ -20,7 +20,7 @@ import torch
 
 from rlsvc.models.make_tiny_hf import make_tiny_hf
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 
 NEW_TOKENS = 8
 MESSAGES = [

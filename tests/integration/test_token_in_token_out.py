@@ -25,7 +25,7 @@ import torch
 
 from tests.tool_play import Recording  # noqa: E402 - after the environment above
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 
 MAX_SEQ_LEN = 512
 MAX_TOKENS = 12

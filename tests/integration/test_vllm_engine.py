@@ -17,7 +17,7 @@ import torch
 
 from rlsvc.models.tokenizer import BOS_ID, VOCAB, save_tokenizer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 
 HIT, STAND = VOCAB.index("HIT"), VOCAB.index("STAND")
 ACTIONS = [HIT, STAND]

@@ -9,7 +9,7 @@ import argparse
 import pytest
 import torch
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 
 
 def test_trl_grpo_trainer_trains_on_the_shared_task(tmp_path) -> None:

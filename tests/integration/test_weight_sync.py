@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.concurrent]
 
 _versions = itertools.count(0)
 
