@@ -153,6 +153,14 @@ SUITE = [
         ["--actors", "1", "2", "--rollout-workers", "1", "--slot-groups", "1", "2", "--episodes", "64", "--rounds", "1"],
         420,
     ),
+    Bench(
+        "endpoint_overhead",
+        "The OpenAI-compatible endpoint's overhead: the same tool episodes through it vs direct engine calls",
+        "endpoint_overhead",
+        ["--pairs", "5"],
+        ["--pairs", "1", "--episodes", "4", "--warm-steps", "2"],
+        600,
+    ),
 ]
 
 # result file of each benchmark module
@@ -169,6 +177,7 @@ RESULT_FILES = {
     "vs_trl": "vs_trl.json",
     "vs_trl_representative": "vs_trl_representative.json",
     "env_scaling": "env_scaling.json",
+    "endpoint_overhead": "endpoint_overhead.json",
 }
 
 

@@ -487,4 +487,6 @@ class GRPOLoop:
         results = [trainers.train_step(minibatch) for minibatch in batch.split(self.cfg.trainer.minibatches)]
         out = {k: sum(r[k] for r in results) / (1 if k.startswith("time/") else len(results)) for k in results[0]}  # times add up
         out["nonfinite_skipped"] = max(r["nonfinite_skipped"] for r in results)  # any skipped update marks the step
+        if "logprob_mismatch_max" in out:  # a maximum over the minibatches, not a mean
+            out["logprob_mismatch_max"] = max(r["logprob_mismatch_max"] for r in results)
         return out

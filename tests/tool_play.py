@@ -4,6 +4,7 @@ an in-process env pool behind the rollout runner."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -143,3 +144,34 @@ def calculator_folder(family: str, tmp_path_factory: Any) -> tuple[Path, Any]:
         _, rate = make_checkpoint(family, folder, CalculatorTask(), steps=CALCULATOR_WARM_STEPS, batch=8, lr=3e-3, held_out=16)
         _calculator_folders[family] = (folder, rate)
     return _calculator_folders[family]
+
+
+def agent_episode(url: str, task: Any, seed: int, max_turns: int = 3) -> list[dict]:
+    """An agent written with the `openai` package plays `task`'s problem `seed` through the
+    endpoint at `url`: it sends the task's tools, runs the calls it gets with the task, and ends
+    the episode with reward 0. Returns each call's record (the response's `rlsvc` field)."""
+    import httpx
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key="local", max_retries=0, timeout=300)
+    problem = task.problem(seed)
+    episode = httpx.post(f"{url}/episodes", json={"group_id": seed}, timeout=30).json()["id"]
+    messages: list[dict] = list(task.prompt(problem))
+    records: list[dict] = []
+    for _ in range(max_turns):
+        reply = client.chat.completions.create(model="policy", messages=messages, tools=task.tools, extra_headers={"X-Episode-Id": episode})
+        records.append(reply.model_extra["rlsvc"])
+        message = reply.choices[0].message
+        messages.append(message.model_dump(exclude_none=True))
+        if not message.tool_calls:
+            break
+        for call in message.tool_calls:
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.id,
+                    "content": task.run_call(problem, call.function.name, json.loads(call.function.arguments)),
+                }
+            )
+    httpx.post(f"{url}/episodes/{episode}/end", json={"reward": 0.0}, timeout=30).raise_for_status()
+    return records

@@ -264,6 +264,13 @@ class TitanTrainer(_PolicyBase):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item())
 
+    def _float_max_over_ranks(self, value: float) -> float:
+        if not self.sharded:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
     def _global_denominator(self, mask: torch.Tensor, normalization: Normalization) -> float:
         local = mask.sum() if normalization == "token" else torch.tensor(float(mask.shape[0]))
         total = self._all_sum(local.detach().to(torch.float64).reshape(1).clone())
@@ -307,25 +314,29 @@ class TitanTrainer(_PolicyBase):
         batch = replace(batch, lengths=lengths)
         self.model.train()
         local = torch.zeros(len(METRIC_KEYS), dtype=torch.float64)
+        worst = 0.0  # the largest |trainer - vLLM| logprob of any sampled token on this rank
         for rows, w, filler in self._micro_batches(lengths):
             part = batch.rows(rows, w).to(self.device)
             if filler:  # keeps this rank's collectives in step with the others; adds nothing
                 part.loss_mask = torch.zeros_like(part.loss_mask)
-            local += self._accumulate(part, denominator, row_count)
+            sums, part_worst = self._accumulate(part, denominator, row_count)
+            local, worst = local + sums, max(worst, part_worst)
         grad_norm, applied = self._step_optimizer()
 
         totals = dict(zip(METRIC_KEYS, self._all_sum(local).tolist(), strict=True))
         tokens = max(totals.pop("tokens"), 1.0)
         totals["logprob_mismatch"] = totals.pop("mismatch_sum") / tokens
+        totals["logprob_mismatch_max"] = self._float_max_over_ranks(worst)
         totals["grad_norm"] = grad_norm
         totals["nonfinite_skipped"] = 0.0 if applied else 1.0
         totals["time/train_compute_s"] = time.perf_counter() - t0
         return totals
 
-    def _accumulate(self, b: TrainBatch, denominator: float, row_count: float) -> torch.Tensor:
+    def _accumulate(self, b: TrainBatch, denominator: float, row_count: float) -> tuple[torch.Tensor, float]:
         """Forward and backward of one micro-batch; gradients accumulate. Every sum is divided by
         the GLOBAL denominator (`row_count`: the global rows, for the losses that divide by them),
-        so the micro-batches add up to the full batch's loss and metrics."""
+        so the micro-batches add up to the full batch's loss and metrics. Also returns the largest
+        |trainer - vLLM| logprob of its sampled tokens (a mean would hide one drifting token)."""
         settings = self.loss
         ids, mask = b.input_ids, b.loss_mask.to(torch.float32)
         old = _response_only(b.old_logprobs.to(torch.float32), mask)
@@ -349,7 +360,8 @@ class TitanTrainer(_PolicyBase):
             behaviour_logprobs=behaviour,
         )
         loss.backward()
-        return self._local_metrics(loss, stats, logprobs, entropy, behaviour, ref, mask, settings.normalization, denominator)
+        worst = float(((logprobs.detach() - behaviour).abs() * mask).max()) if mask.numel() else 0.0
+        return self._local_metrics(loss, stats, logprobs, entropy, behaviour, ref, mask, settings.normalization, denominator), worst
 
     def _local_metrics(
         self,

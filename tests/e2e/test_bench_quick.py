@@ -99,6 +99,14 @@ def test_async_rollout_quick_alternates_both_modes_from_the_same_first_batch(tmp
     assert data["ratio"]["min"] <= data["ratio"]["median"] <= data["ratio"]["max"]
 
 
+def test_endpoint_overhead_quick_plays_the_same_episodes_both_ways(tmp_path: Path):
+    data = run_bench("endpoint_overhead", quick_args("endpoint_overhead"), tmp_path)
+    (pair,) = data["pairs"]
+    assert pair["a_s"] > 0 and pair["b_s"] > 0 and data["train_step_s"]["median"] > 0 and data["episodes"] == 4
+    assert data["identical_episodes"] == 1.0  # greedy: the endpoint's episodes are the runner's, token for token
+    assert data["tokens_per_episode"] > 0 and data["provenance"]["commit"]
+
+
 def test_every_benchmark_of_make_bench_has_its_quick_mode_run_here():
     from benchmarks.__main__ import SUITE
 

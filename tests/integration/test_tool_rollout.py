@@ -9,6 +9,11 @@ for every turn of every episode the runner plays through the engine and an in-pr
 - the largest |trainer - vLLM| logprob over every sampled token of every turn, the tool turns
   included, is below 1e-5;
 and episodes reach tool turns (the metric the job logs), with malformed replies counted as invalid.
+The same holds for the episodes agents written with the `openai` package play through the
+OpenAI-compatible endpoint (rlsvc/serve/) over the same engine: every call the endpoint recorded
+and returned to its agent is a prompt the engine received and the tokens and logprobs the engine
+returned for it (checked against the engine's own outputs, kept by `Recording`, not the
+endpoint's), and the trainer's logprobs of those tokens match within 1e-5.
 
 The engine runs in this process (no spawned workers), so the file needs no `__main__` guard.
 """
@@ -58,6 +63,7 @@ def test_tool_turns_through_vllm_are_scored_on_exactly_the_sampled_tokens(warm):
     try:
         recording = Recording(engine, MAX_TOKENS)
         episodes, _ = play(task, codec, recording, [(g, 1001 + 2 * g) for g in range(8)], 16, max_turns=3, group_size=4)
+        served = through_endpoint(tokenizer, recording, task)
     finally:
         engine.close()
     metrics = task.metrics(episodes)
@@ -67,6 +73,35 @@ def test_tool_turns_through_vllm_are_scored_on_exactly_the_sampled_tokens(warm):
     turns, worst = check_episodes(episodes, recording, trainer, codec)
     print(f"\n[tools] {family}: parse rate {rate}, {metrics}, {turns} tool turns checked, max |dlogprob| {worst:.2e}")
     assert turns > 0 and worst < BOUND, worst
+    # the endpoint's episodes (agents through /v1/chat/completions): exactly the engine's tokens
+    turns, worst = check_episodes(served, recording, trainer, codec)
+    print(f"[endpoint] {family}: {len(served)} agent episodes, {turns} tool turns checked, max |dlogprob| {worst:.2e}")
+    assert turns > 0 and worst < BOUND, worst
+
+
+def through_endpoint(tokenizer, recording, task) -> list:
+    """Eight agents written with the `openai` package play calculator problems at once through
+    the endpoint over the engine; the episodes it recorded. Each call's record that came back to
+    an agent is one of the engine's (prompt, output) pairs, and the episode trains on them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlsvc.serve.endpoint import Endpoint
+    from rlsvc.serve.http import serve
+    from tests.tool_play import agent_episode
+
+    endpoint = Endpoint(tokenizer, recording)
+    before = len(recording.calls)
+    try:
+        with serve(endpoint) as url, ThreadPoolExecutor(8) as agents:
+            records = list(agents.map(lambda s: agent_episode(url, task, s), [2001 + 2 * i for i in range(8)]))
+        episodes = endpoint.take(8, timeout_s=0)
+    finally:
+        endpoint.close()
+    engine_calls = [(p, list(out["token_ids"]), list(out["logprobs"])) for p, out in recording.calls[before:]]
+    returned = [(r["prompt_token_ids"], r["token_ids"], r["logprobs"]) for rs in records for r in rs]
+    assert sorted(returned) == sorted(engine_calls)  # the agents' calls, one for one, are the engine's
+    assert sorted(rs[-1]["prompt_token_ids"] + rs[-1]["token_ids"] for rs in records) == sorted(ep.sequence() for ep in episodes)
+    return episodes
 
 
 def check_episodes(episodes, recording, trainer, codec) -> tuple[int, float]:

@@ -235,6 +235,16 @@ SAMPLE = {
             for k, r in ((1, 1), (2, 1), (2, 2))
         ],
     },
+    "endpoint_overhead": {
+        "episodes": 16,
+        "direct_s": {"median": 2.0, "min": 1.9, "max": 2.1},
+        "endpoint_s": {"median": 2.1, "min": 2.0, "max": 2.2},
+        "train_step_s": {"median": 1.0, "min": 0.9, "max": 1.1},
+        "step_s": {"median": 3.0, "min": 2.9, "max": 3.1},
+        "overhead_of_rollout": {"median": 0.05, "min": 0.02, "max": 0.08},
+        "overhead_of_step": {"median": 0.033, "min": 0.01, "max": 0.05},
+        "identical_episodes": 1.0,
+    },
 }
 
 
@@ -313,6 +323,11 @@ def test_every_benchmark_renders_its_results() -> None:
     assert "| 1.600 | 1.000 | 1.30x (1.20-1.40) |" in text and "(with uncommitted changes)" in text
     assert "| overhead vs the floor: (job - floor) / job, per pair | 36% (30%-40%) |" in text
     assert "(58% beside)" not in text and "(60% beside)" in text
+    assert (
+        "| 16 | 2.00 (1.90 .. 2.10) | 2.10 (2.00 .. 2.20) | 1.00 (0.90 .. 1.10) | +5.0% (+2.0% .. +8.0%) | +3.3% (+1.0% .. +5.0%) | 1.00 |"
+        in text
+    )
+    assert "(same episodes, direct engine calls) | 3% (1%-5%) | yes |" in text
     # a push cannot beat one memcpy of the bytes followed by the engine's load phase
     assert "free of any other cost: 107M: 50%" in text
 

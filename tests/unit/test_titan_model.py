@@ -169,6 +169,7 @@ def test_train_step_updates_parameters_and_reports_finite_metrics() -> None:
         "tis_weight",
         "mismatch_kl",
         "logprob_mismatch",
+        "logprob_mismatch_max",
         "nonfinite_skipped",
         "time/train_compute_s",
     }
@@ -180,6 +181,10 @@ def test_train_step_updates_parameters_and_reports_finite_metrics() -> None:
     mask = batch.loss_mask
     expected = ((fresh - batch.old_logprobs).abs() * mask).sum() / mask.sum()
     assert metrics["logprob_mismatch"] == pytest.approx(expected.item(), rel=1e-5)
+    # ... and its maximum over the sampled tokens, which a mean of small values would hide
+    worst = ((fresh - batch.old_logprobs).abs() * mask).max()
+    assert metrics["logprob_mismatch_max"] == pytest.approx(worst.item(), rel=1e-5)
+    assert metrics["logprob_mismatch_max"] > metrics["logprob_mismatch"]
 
 
 def test_the_fused_adamw_step_is_adamws_step() -> None:
