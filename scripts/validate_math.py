@@ -364,24 +364,25 @@ def probe(work: Path, seed: int, data: Path, uri: str, name: str, sets: list[str
     r = rl(work / "probes", seed, folder, data, uri, name, (*PROBE, *sets))
     result = run_result(work / "probes" / name)
     zero = r["test_curve"][0]["greedy accuracy"]
+    gain = None if r["accuracy"] is None else f"{r['accuracy'] - zero:+.3f} +- {math.hypot(r['stderr'], r['test_curve'][0]['stderr']):.3f}"
     row: dict[str, Any] = {
         "probe": name,
         "settings": " ".join(sets) or "the RL config's",
-        **{f"step {c['step']}": c["greedy accuracy"] for c in r["test_curve"]},
-        "gain": None if r["accuracy"] is None else round(r["accuracy"] - zero, 4),
-        "gain_stderr": None if r["stderr"] is None else round(math.hypot(r["stderr"], r["test_curve"][0]["stderr"]), 4),
         "steps": r["steps"],
+        # one column per quantity, "step: value" in it: the probes' evaluation steps differ
+        "test greedy at steps": [f"{c['step']}: {c['greedy accuracy']:.3f}" for c in r["test_curve"]],
+        "gain": gain or "not reached",
     }
     for key, label in (("eval/test/mean_at_k", "mean@k"), ("eval/test/pass_at_k", "pass@k")):
-        if points := history(result, key):
-            row[f"test {label} at steps"] = [f"{s}: {v:.3f}" for s, v in points]
+        row[f"test {label} at steps"] = [f"{s}: {v:.3f}" for s, v in history(result, key)] or ""
     for key, label in (("strict_accuracy", "sampled accuracy"), ("entropy", "entropy"), ("response_len_mean", "response length")):
         row[f"{label}, {PROBE_SPAN}-step means"] = span_means(history(result, key))
     row |= {
         "zero-variance groups (mean a step)": r["zero_variance_group_rate (mean a step)"],
         "episodes with signal (mean a step)": r["episodes_with_signal (mean a step)"],
         "RL min": round(r["wall_s"] / 60, 1),
-        "command": r["command"],
+        # an object: the docs' table leaves it out
+        "run": {"command": r["command"], "test_curve": r["test_curve"], "final": r["accuracy"], "final_stderr": r["stderr"]},
     }
     return row
 

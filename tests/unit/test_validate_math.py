@@ -256,10 +256,11 @@ def test_a_probe_runs_the_rl_stage_with_its_settings_and_is_recorded_by_name(tmp
     row = vm.probe(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", "t12", ["rollout.temperature=1.2"])
     # the probe's own settings come after the probe's budget, so they win
     assert calls == [(tmp_path / "probes", "t12", (*vm.PROBE, "rollout.temperature=1.2"))]
-    assert row["step 0"] == 0.5 and row["step 100"] == 0.6 and row["gain"] == pytest.approx(0.1)
+    assert row["test greedy at steps"] == ["0: 0.500", "100: 0.600"] and row["gain"] == "+0.100 +- 0.028"
     assert row["sampled accuracy, 25-step means"] == [0.4, 0.6] and row["test pass@k at steps"] == ["0: 0.800"]
+    assert row["test mean@k at steps"] == "" and row["run"]["command"] == "c"
     out = tmp_path / "probes.json"
     vm.record_probe(out, row)
     vm.record_probe(out, {**row, "probe": "other"})
-    vm.record_probe(out, {**row, "gain": 0.2})
-    assert [(r["probe"], r["gain"]) for r in json.loads(out.read_text())["probes"]] == [("other", 0.1), ("t12", 0.2)]
+    vm.record_probe(out, {**row, "gain": "+0.2"})
+    assert [(r["probe"], r["gain"]) for r in json.loads(out.read_text())["probes"]] == [("other", row["gain"]), ("t12", "+0.2")]
