@@ -388,9 +388,10 @@ def probe(work: Path, seed: int, data: Path, uri: str, name: str, sets: list[str
 
 
 def record_probe(out: Path, row: dict[str, Any]) -> None:
-    """Add (or replace, by name) a probe's row in the probes file."""
+    """Add a probe's row to the probes file, or replace the row of that name where it stands."""
     old = json.loads(out.read_text())["probes"] if out.exists() else []
-    rows = [r for r in old if r["probe"] != row["probe"]] + [row]
+    rows = [row if r["probe"] == row["probe"] else r for r in old]
+    rows += [] if row in rows else [row]
     write(out, {"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "probes": rows})
 
 

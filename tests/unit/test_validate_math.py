@@ -263,4 +263,4 @@ def test_a_probe_runs_the_rl_stage_with_its_settings_and_is_recorded_by_name(tmp
     vm.record_probe(out, row)
     vm.record_probe(out, {**row, "probe": "other"})
     vm.record_probe(out, {**row, "gain": "+0.2"})
-    assert [(r["probe"], r["gain"]) for r in json.loads(out.read_text())["probes"]] == [("other", row["gain"]), ("t12", "+0.2")]
+    assert [(r["probe"], r["gain"]) for r in json.loads(out.read_text())["probes"]] == [("t12", "+0.2"), ("other", row["gain"])]
