@@ -124,8 +124,7 @@ def rl(work: Path, seed: int, folder: str, data: Path, uri: str, name: str = "rl
         *extra,
     )
     wall = run(cmd, work / f"{name}.log")
-    [run_dir] = [p for p in out.iterdir() if p.is_dir() and p.name.startswith("math_tiny_rl")]
-    result = json.loads((run_dir / "result.json").read_text())
+    result = run_result(out)
     final, final_se, n = final_point(result)
     acc = dict(history(result, "strict_accuracy"))
     curve = [
@@ -150,6 +149,12 @@ def rl(work: Path, seed: int, folder: str, data: Path, uri: str, name: str = "rl
         "problems": n,
         "curve": curve,
     }
+
+
+def run_result(out: Path) -> dict[str, Any]:
+    """The result.json of the one RL run under `out` (`run.output_dir`)."""
+    [run_dir] = [p for p in out.iterdir() if p.is_dir() and p.name.startswith("math_tiny_rl")]
+    return json.loads((run_dir / "result.json").read_text())
 
 
 def final_point(result: dict[str, Any]) -> tuple[float | None, float | None, int]:
@@ -337,6 +342,59 @@ def variant_tables(v: dict[str, Any], seeds: list[dict[str, Any]]) -> dict[str, 
     return {"loss_curves": losses, **({"dynamic_sampling": dynamic} if dynamic else {}), "variants": v}
 
 
+PROBES = REPO / "benchmarks" / "results" / "validate_math_probes.json"
+# a probe: 100 GRPO steps from the seed's SFT folder, greedy on all 500 test problems every 25
+PROBE = ("run.steps=100", "eval.test_every_steps=25")
+PROBE_SPAN = 25
+
+
+def span_means(points: list[tuple[int, float]], span: int = PROBE_SPAN) -> list[float]:
+    """The mean of a per-step metric over consecutive spans of `span` steps (steps 1-25, 26-50, ...)."""
+    spans: dict[int, list[float]] = {}
+    for step, value in points:
+        spans.setdefault((step - 1) // span, []).append(value)
+    return [round(sum(v) / len(v), 3) for _, v in sorted(spans.items())]
+
+
+def probe(work: Path, seed: int, data: Path, uri: str, name: str, sets: list[str]) -> dict[str, Any]:
+    """One setting tried from the seed's SFT folder (the RL config, `PROBE`, then `sets`): its
+    test-split curve (greedy; mean@k and pass@k with `eval.test_samples`) and, per span of
+    `PROBE_SPAN` steps, the sampled answers' strict accuracy, the entropy and the response length."""
+    folder = json.loads((work / "sft" / "result.json").read_text())["model_dir"]
+    r = rl(work / "probes", seed, folder, data, uri, name, (*PROBE, *sets))
+    result = run_result(work / "probes" / name)
+    zero = r["test_curve"][0]["greedy accuracy"]
+    gain = None if r["accuracy"] is None else f"{r['accuracy'] - zero:+.3f} +- {math.hypot(r['stderr'], r['test_curve'][0]['stderr']):.3f}"
+    row: dict[str, Any] = {
+        "probe": name,
+        "settings": " ".join(sets) or "the RL config's",
+        "steps": r["steps"],
+        # one column per quantity, "step: value" in it: the probes' evaluation steps differ
+        "test greedy at steps": [f"{c['step']}: {c['greedy accuracy']:.3f}" for c in r["test_curve"]],
+        "gain": gain or "not reached",
+    }
+    for key, label in (("eval/test/mean_at_k", "mean@k"), ("eval/test/pass_at_k", "pass@k")):
+        row[f"test {label} at steps"] = [f"{s}: {v:.3f}" for s, v in history(result, key)] or ""
+    for key, label in (("strict_accuracy", "sampled accuracy"), ("entropy", "entropy"), ("response_len_mean", "response length")):
+        row[f"{label}, {PROBE_SPAN}-step means"] = span_means(history(result, key))
+    row |= {
+        "zero-variance groups (mean a step)": r["zero_variance_group_rate (mean a step)"],
+        "episodes with signal (mean a step)": r["episodes_with_signal (mean a step)"],
+        "RL min": round(r["wall_s"] / 60, 1),
+        # an object: the docs' table leaves it out
+        "run": {"command": r["command"], "test_curve": r["test_curve"], "final": r["accuracy"], "final_stderr": r["stderr"]},
+    }
+    return row
+
+
+def record_probe(out: Path, row: dict[str, Any]) -> None:
+    """Add a probe's row to the probes file, or replace the row of that name where it stands."""
+    old = json.loads(out.read_text())["probes"] if out.exists() else []
+    rows = [row if r["probe"] == row["probe"] else r for r in old]
+    rows += [] if row in rows else [row]
+    write(out, {"measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "probes": rows})
+
+
 def record(
     results: list[dict[str, Any]], generate: list[str], generate_s: float, sft_only: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
@@ -382,9 +440,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--finished-only", action="store_true", help="with --variants-only: run nothing, record the variants --work finished")
     p.add_argument("--sft-only", action="store_true", help="only the seeds' start and SFT stage, added to --out's record beside its seeds")
     p.add_argument("--no-dynamic", action="store_true", help="the variants without dynamic sampling's off/on runs (the losses only)")
+    p.add_argument("--probe", help=f"only a probe of this name from --work's first seed's SFT folder, into {PROBES.relative_to(REPO)}")
+    p.add_argument("--set", nargs="*", default=[], help="with --probe: the RL job's overrides (key=value) that make the probe")
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
     work = args.work.resolve()
+    if args.probe:
+        uri = f"sqlite:///{work / 'mlflow.db'}"
+        record_probe(PROBES, probe(work / f"seed{seeds[0]}", seeds[0], work / "data", uri, args.probe, args.set))
+        return 0
     if args.rerender or args.variants_only:
         old = json.loads(args.out.read_text())
         uri = f"sqlite:///{work / 'mlflow.db'}"

@@ -235,3 +235,32 @@ def test_a_run_stopped_before_its_last_evaluation_has_no_gain(tmp_path, monkeypa
     assert row["gain"] is None and row["met"] is False
     [summary] = vm.summary_rows([row])
     assert summary["after GRPO"] == "not reached" and summary["gain"] == "not reached"
+
+
+def test_span_means_average_each_run_of_probe_span_steps() -> None:
+    assert script().span_means([(1, 0.2), (2, 0.4), (3, 1.0)], span=2) == [0.3, 1.0]
+    assert script().span_means([]) == []
+
+
+def test_a_probe_runs_the_rl_stage_with_its_settings_and_is_recorded_by_name(tmp_path, monkeypatch) -> None:
+    vm, calls = script(), []
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "result.json").write_text(json.dumps({"model_dir": "m"}))
+    curve = [{"step": 0, "greedy accuracy": 0.5, "stderr": 0.02}, {"step": 100, "greedy accuracy": 0.6, "stderr": 0.02}]
+    per_step = {f"{k} (mean a step)": 0.5 for k in vm.PER_STEP}
+    rl = {"command": "c", "wall_s": 60.0, "steps": 100, "accuracy": 0.6, "stderr": 0.02, "test_curve": curve, **per_step}
+    monkeypatch.setattr(vm, "rl", lambda work, seed, folder, data, uri, name, extra: calls.append((work, name, extra)) or rl)
+    monkeypatch.setattr(vm, "run_result", lambda out: {})
+    history = {"strict_accuracy": [(1, 0.4), (26, 0.6)], "eval/test/pass_at_k": [(0, 0.8)]}
+    monkeypatch.setattr(vm, "history", lambda result, key: history.get(key, []))
+    row = vm.probe(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", "t12", ["rollout.temperature=1.2"])
+    # the probe's own settings come after the probe's budget, so they win
+    assert calls == [(tmp_path / "probes", "t12", (*vm.PROBE, "rollout.temperature=1.2"))]
+    assert row["test greedy at steps"] == ["0: 0.500", "100: 0.600"] and row["gain"] == "+0.100 +- 0.028"
+    assert row["sampled accuracy, 25-step means"] == [0.4, 0.6] and row["test pass@k at steps"] == ["0: 0.800"]
+    assert row["test mean@k at steps"] == "" and row["run"]["command"] == "c"
+    out = tmp_path / "probes.json"
+    vm.record_probe(out, row)
+    vm.record_probe(out, {**row, "probe": "other"})
+    vm.record_probe(out, {**row, "gain": "+0.2"})
+    assert [(r["probe"], r["gain"]) for r in json.loads(out.read_text())["probes"]] == [("t12", "+0.2"), ("other", row["gain"])]
