@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import LEAN_JOB
 
 pytestmark = pytest.mark.e2e
 STEPS = 3
@@ -42,6 +43,7 @@ JOB = [
     "grpo.kl_coef=0.0",
     "eval.every_steps=0",
     "eval.episodes=0",
+    *LEAN_JOB,
 ]
 
 
@@ -56,11 +58,11 @@ def warm(request, tmp_path_factory):
     return folder
 
 
-def test_a_tool_calling_job_trains_and_takes_tool_turns(warm: Path, tmp_path: Path):
-    check_tool_job(tmp_path, warm, "calculator", JOB)
+def test_a_tool_calling_job_trains_and_takes_tool_turns(warm: Path, tmp_path: Path, mlflow_uri: str):
+    check_tool_job(tmp_path, mlflow_uri, warm, "calculator", JOB)
 
 
-def test_a_job_trains_against_an_mcp_server(tmp_path: Path):
+def test_a_job_trains_against_an_mcp_server(tmp_path: Path, mlflow_uri: str):
     from rlsvc.tools.mcp_task import McpToolTask
     from rlsvc.tools.warm_start import make_checkpoint
     from tests.tool_play import mcp_server
@@ -79,14 +81,13 @@ def test_a_job_trains_against_an_mcp_server(tmp_path: Path):
         _, rate = make_checkpoint("qwen3", tmp_path / "qwen3", McpToolTask(url, str(problems)), steps=80, batch=8, lr=3e-3, held_out=8)
         assert rate.parsed >= 0.8, rate
         mcp = ["env.task=rlsvc.tools.mcp_task:McpToolTask", f"env.options.url={url}", f"env.options.problems={problems}"]
-        check_tool_job(tmp_path, tmp_path / "qwen3", "mcp", [*JOB[:2], *mcp, *JOB[3:]])
+        check_tool_job(tmp_path, mlflow_uri, tmp_path / "qwen3", "mcp", [*JOB[:2], *mcp, *JOB[3:]])
 
 
-def check_tool_job(tmp_path: Path, folder: Path, name: str, overrides: list[str]) -> None:
+def check_tool_job(tmp_path: Path, uri: str, folder: Path, name: str, overrides: list[str]) -> None:
     """Run the job from `folder` and check what the module docstring says."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cmd = [
         sys.executable,
         "-m",
@@ -117,7 +118,7 @@ def check_tool_job(tmp_path: Path, folder: Path, name: str, overrides: list[str]
     assert any(len(t["turns"]) >= 2 and t["turns"][1]["obs"].get("results") for t in transcripts)  # a tool's result was read
 
 
-def test_an_openai_agent_plays_the_episodes_of_an_endpoint_job(warm: Path, tmp_path: Path):
+def test_an_openai_agent_plays_the_episodes_of_an_endpoint_job(warm: Path, tmp_path: Path, mlflow_uri: str):
     """`env.type=endpoint`: the job serves its vLLM rollout workers at /v1/chat/completions and
     trains on the episodes agents written with the `openai` package play there (two agent
     threads, the calculator's questions and tool, reward 1 for an episode that called the tool):
@@ -128,7 +129,7 @@ def test_an_openai_agent_plays_the_episodes_of_an_endpoint_job(warm: Path, tmp_p
 
     from tests.tool_play import free_port
 
-    port, uri = free_port(), f"sqlite:///{tmp_path / 'mlflow.db'}"
+    port, uri = free_port(), mlflow_uri
     job = [
         sys.executable, "-m", "rlsvc.train", "env.type=endpoint", f"env.endpoint.port={port}", "env.wait_s=300",
         f"model.path={warm}", f"run.output_dir={tmp_path / 'runs'}", f"tracking.tracking_uri={uri}",
