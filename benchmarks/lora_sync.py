@@ -185,7 +185,7 @@ def main() -> None:
 
     args = parser().parse_args()
     MODEL["layers"] = args.layers
-    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
+    ray.init(address="local", num_cpus=4, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
     try:
         with tempfile.TemporaryDirectory(prefix="rlsvc-bench-") as tmp:
             folder = make_tiny_hf("qwen3", Path(tmp) / "policy", **MODEL, max_position=max(args.tokens, 64))

@@ -216,7 +216,7 @@ def race(
     hf = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     config = json.loads((folder / "config.json").read_text())
     env = worker_env()  # OpenMP's own wait policy, as on the HF side
-    ray.init(num_cpus=THREADS + 1, include_dashboard=False, runtime_env=env)
+    ray.init(address="local", num_cpus=THREADS + 1, include_dashboard=False, runtime_env=env)
     try:
         engine = EngineSpec(
             max_model_len=max(len(p) for prompts, _ in calls.values() for p in prompts) + max_len,

@@ -128,7 +128,7 @@ def main() -> None:
         tokenizer = load_tokenizer(folder)
         prompt_len = cfg.max_seq_len - args.tokens
         env = worker_env()
-        ray.init(num_cpus=THREADS + 1, include_dashboard=False, runtime_env=env)
+        ray.init(address="local", num_cpus=THREADS + 1, include_dashboard=False, runtime_env=env)
         try:
             engine = EngineSpec(
                 max_model_len=cfg.max_seq_len,

@@ -53,7 +53,7 @@ def throughput(sessions: list[int], seconds: float) -> list[dict]:
     from rlsvc.cluster.actors import EnvWorker
     from rlsvc.config import load_config
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
     try:
         env_cfg = load_config(

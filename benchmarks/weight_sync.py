@@ -165,7 +165,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
-    ray.init(num_cpus=4, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
+    ray.init(address="local", num_cpus=4, include_dashboard=False, runtime_env={"env_vars": WORKER_ENV})
     rows: list[dict] = []
     version = [0]
     try:

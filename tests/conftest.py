@@ -34,6 +34,7 @@ def ray_cluster():
     from rlsvc.cluster.ray_setup import WORKER_ENV, ZERO_COPY_ENV
 
     ray.init(
+        address="local",  # its own, even while another test's `ray start` cluster is the machine's current one
         num_cpus=8,
         resources={"rlsvc_gpu_node": 1.0, "rlsvc_cpu_node": 1.0},
         include_dashboard=False,

@@ -180,7 +180,12 @@ def connect(
     else:
         cpus = cfg.local_num_cpus or max(8, os.cpu_count() or 1)
         metrics_port: dict[str, Any] = {"_metrics_export_port": cfg.metrics_export_port} if cfg.metrics_export_port else {}
+        # "local": a cluster of the job's own. Without an address Ray joins the machine's
+        # current `ray start` cluster (/tmp/ray/ray_current_cluster) where there is one, and
+        # then refuses num_cpus: "When connecting to an existing cluster, num_cpus and num_gpus
+        # must not be provided" (a job started beside a `ray start` cluster, one CI run)
         ctx = ray.init(
+            address="local",
             num_cpus=cpus,
             resources={cfg.gpu_node_resource: 1.0, cfg.cpu_node_resource: 1.0},
             include_dashboard=cfg.include_dashboard,
