@@ -218,7 +218,8 @@ class RolloutConfig(Strict):
     num_workers: int = Field(1, ge=1)
     """vLLM rollout workers (one engine each)."""
     temperature: float = Field(1.0, ge=0)
-    """Sampling temperature of the behaviour policy."""
+    """Sampling temperature of the behaviour policy. The trainer scores tokens under the same
+    distribution (logits / temperature), the one vLLM reports their logprobs from."""
     max_tokens: int = Field(1, ge=1)
     """Tokens generated per decision (at most); an answer stops earlier at the tokenizer's
     end-of-turn token (the default, 1, fits tasks whose answers are one token each, as BlackJack's)."""

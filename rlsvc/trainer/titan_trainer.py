@@ -95,6 +95,7 @@ class _PolicyBase:
     sharded: bool = False
     micro_batch_tokens: int = MICRO_BATCH_TOKENS
     share_prefixes: bool = True  # trainer.share_prefixes
+    temperature: float = 1.0  # logprobs under logits / this: the rollout's (LossSettings.temperature)
 
     def _max_over_ranks(self, value: int) -> int:
         return value
@@ -134,7 +135,7 @@ class _PolicyBase:
         out = torch.zeros((n, width), dtype=torch.float32)
         for rows, w, filler in self._micro_batches(lengths):
             ids = input_ids[rows, :w].to(self.device)
-            lp, _ = token_logprobs(self._forward(ids, lengths[rows]), ids, allowed_token_ids)
+            lp, _ = token_logprobs(self._forward(ids, lengths[rows]), ids, allowed_token_ids, self.temperature)
             if not filler:
                 out[rows, :w] = lp.float().cpu()
         return torch.where(torch.arange(width) < lengths[:, None], out, torch.zeros_like(out))
@@ -153,9 +154,11 @@ class TitanReference(_PolicyBase):
         param_dtype: str = "auto",
         micro_batch_tokens: int = MICRO_BATCH_TOKENS,
         share_prefixes: bool = True,
+        temperature: float = 1.0,
     ) -> None:
         self.spec = as_spec(model)
         self.micro_batch_tokens, self.share_prefixes = micro_batch_tokens, share_prefixes
+        self.temperature = temperature  # the rollout's: the KL term compares like with like
         self.device = pick_device(device)
         self.dtype = compute_dtype(param_dtype, self.device)
         self.model = self.spec.build(seed, self.device).requires_grad_(False).eval()
@@ -204,6 +207,7 @@ class TitanTrainer(_PolicyBase):
         self.lr, self.lr_schedule = lr, lr_schedule or LRSchedule()
         self.micro_batch_tokens, self.share_prefixes = micro_batch_tokens, share_prefixes
         self.loss = loss if loss is not None else LossSettings()
+        self.temperature = self.loss.temperature
         """The policy loss's settings, for every step (`TrainerSpec.loss`)."""
         self.rank, self.world_size = rank, world_size
         self.max_grad_norm = max_grad_norm
@@ -346,7 +350,7 @@ class TitanTrainer(_PolicyBase):
                 raise ValueError("grpo.tis_cap needs the batch's prox_logprobs (the trainer's own before the step)")
             old = _response_only(b.prox_logprobs.to(torch.float32), mask)
         ref = _response_only(b.ref_logprobs.to(torch.float32), mask) if b.ref_logprobs is not None else None
-        logprobs, entropy = token_logprobs(self._forward(ids, b.lengths), ids, settings.allowed_token_ids)
+        logprobs, entropy = token_logprobs(self._forward(ids, b.lengths), ids, settings.allowed_token_ids, settings.temperature)
         logprobs = _response_only(logprobs, mask)
         loss, stats = configured_loss(
             logprobs,
@@ -591,7 +595,7 @@ class TrainerSpec:
         """A job's spec: its `trainer` section, seed and `grpo` loss settings; `allowed_token_ids`:
         the tokens vLLM samples from under `rollout.constrained_actions` (None: all)."""
         steps = cfg.model.warm_start_steps + cfg.run.steps * cfg.trainer.minibatches
-        loss = LossSettings.from_config(cfg.grpo, allowed_token_ids, cfg.rollout.max_tokens)
+        loss = LossSettings.from_config(cfg.grpo, allowed_token_ids, cfg.rollout.max_tokens, cfg.rollout.temperature)
         return cls(model, whole_job_decay(cfg.trainer, steps), cfg.run.seed, loss, LoraSettings.from_config(cfg.model.lora))
 
     def build(
@@ -632,6 +636,7 @@ class TrainerSpec:
             param_dtype=t.param_dtype,
             micro_batch_tokens=t.micro_batch_tokens,
             share_prefixes=t.share_prefixes,
+            temperature=self.loss.temperature,
         )
 
 

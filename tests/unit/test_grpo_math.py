@@ -104,3 +104,13 @@ def test_truncated_importance_sampling_weights_tokens_by_the_capped_ratio():
     assert torch.allclose(lp.grad, -(adv.unsqueeze(1)) * w / 12, atol=1e-6)
     with pytest.raises(ValueError, match="behaviour_logprobs"):
         policy_loss(lp, prox, adv, mask, LossSettings(tis_cap=1.5))
+
+
+def test_token_logprobs_at_a_temperature_are_those_of_the_scaled_logits():
+    g = torch.Generator().manual_seed(3)
+    logits, ids = torch.randn(2, 5, 7, generator=g), torch.randint(0, 7, (2, 5), generator=g)
+    lp, _ = token_logprobs(logits, ids, temperature=0.7)
+    expected = torch.log_softmax(logits[:, :-1] / 0.7, -1).gather(-1, ids[:, 1:, None])[..., 0]
+    assert torch.allclose(lp[:, 1:], expected) and not torch.allclose(lp, token_logprobs(logits, ids)[0])
+    restricted, _ = token_logprobs(logits, ids, allowed_token_ids=[1, 3], temperature=0.7)
+    assert torch.allclose(restricted, token_logprobs(logits / 0.7, ids, allowed_token_ids=[1, 3])[0])

@@ -374,3 +374,34 @@ def test_a_jobs_loss_settings_are_given_once_in_the_trainer_spec() -> None:
     assert spec.loss.normalization == "token"  # sequence weighting is in the batch's mask (trainer/batch.py)
     assert spec.build().loss == spec.loss and spec.seed == cfg.run.seed and spec.trainer == cfg.trainer
     assert TrainerSpec.from_config(as_spec(CFG), cfg, None).loss.allowed_token_ids is None
+
+
+def test_the_trainer_and_its_reference_score_at_the_rollouts_temperature() -> None:
+    """vLLM reports a sampled token's logprob under the distribution it sampled from, log
+    softmax(logits / rollout.temperature); the trainer and the reference score under the same
+    (`LossSettings.temperature`, from `rollout.temperature`). On the policy's own samples the
+    ratio is then 1 and the mismatch float noise, where scoring at 1 is off by far more."""
+    from rlsvc.config import TrainerConfig, load_config
+    from rlsvc.models.spec import as_spec
+    from rlsvc.trainer.titan_trainer import TrainerSpec
+
+    cfg = load_config(None, ["rollout.temperature=1.5"])
+    spec = TrainerSpec.from_config(as_spec(CFG), cfg, None)
+    assert (
+        spec.loss.temperature == 1.5
+        and TrainerSpec.from_config(as_spec(CFG), load_config(None, ["rollout.temperature=0"]), None).loss.temperature == 1.0
+    )
+    spec = TrainerSpec(as_spec(CFG), TrainerConfig(), seed=3, loss=LossSettings(temperature=1.5))
+    trainer = spec.build()
+    batch = grpo_batch()
+    with torch.no_grad():
+        logits = forward(trainer.model, batch.input_ids).float()
+    expected = torch.log_softmax(logits[:, :-1] / 1.5, -1).gather(-1, batch.input_ids[:, 1:, None])[..., 0]
+    assert torch.allclose(trainer.logprobs(batch.input_ids)[:, 1:], expected, atol=1e-5)
+    assert torch.equal(spec.build_reference(trainer.hf_state_dict()).logprobs(batch.input_ids), trainer.logprobs(batch.input_ids))
+    batch.old_logprobs = trainer.logprobs(batch.input_ids)  # the behaviour logprobs of the policy's own samples at 1.5
+    on_policy = trainer.train_step(batch)
+    assert on_policy["logprob_mismatch_max"] < 1e-5 and on_policy["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    at_one = TitanTrainer(CFG, lr=1e-3, seed=3, device="cpu")  # the same weights, scoring at 1
+    batch.old_logprobs = TitanTrainer(CFG, lr=1e-3, seed=3, device="cpu", loss=LossSettings(temperature=1.5)).logprobs(batch.input_ids)
+    assert at_one.train_step(batch)["logprob_mismatch_max"] > 1e-2
