@@ -30,6 +30,7 @@ table in step_speedup.md (and on stdout).
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -43,6 +44,9 @@ from benchmarks.pairs import spread
 from benchmarks.provenance import write_result
 
 RESULTS = RESULTS_DIR / "step_speedup.json"
+# Where rollout workers write a shipped model (rlsvc/cluster/actors.py `materialise`): the
+# earlier commit's made them with no owner and never removed them
+MODEL_FOLDERS = Path(tempfile.gettempdir()) / "rlsvc-model-*"
 ROOT = Path(__file__).resolve().parents[1]
 # The last commit before the performance work of issue 17: its default step was the 2.23 s the
 # issue starts from (benchmarks/step_anatomy.py at that time).
@@ -72,10 +76,15 @@ def head() -> str:
 
 
 def measure(name: str, overrides: list[str], out: Path, tree: Path | None, skip: int) -> dict:
+    before = set(MODEL_FOLDERS.parent.glob(MODEL_FOLDERS.name)) if tree is not None else set()
     t0 = time.perf_counter()
     with DescendantsCPU() as cpu:
         result = run_job(name, overrides, out, tree=tree)
     wall = time.perf_counter() - t0
+    if tree is not None:  # the earlier commit's rollout workers left their model folders behind
+        for left in set(MODEL_FOLDERS.parent.glob(MODEL_FOLDERS.name)) - before:
+            if not left.name.split("-")[2].isdigit():  # today's are named by their live owner's pid
+                shutil.rmtree(left, ignore_errors=True)
     hist = metric_histories(result, ["return_mean", "time/step_s", "eval/val_return"])
     steady = hist["time/step_s"][skip:] or hist["time/step_s"]
     return {

@@ -16,6 +16,7 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -35,8 +36,16 @@ def run_bench(module: str, args: list[str], out: Path, markdown: bool = True) ->
     return json.loads((out / f"{module}.json").read_text())
 
 
+def unowned_model_folders() -> set[Path]:
+    """Model folders in the temporary folder not named by an owner's pid (rlsvc/cluster/actors.py
+    `owned_temp_folder`): the earlier commit's rollout workers made such and left them."""
+    return {p for p in Path(tempfile.gettempdir()).glob("rlsvc-model-*") if not p.name.split("-")[2].isdigit()}
+
+
 def test_step_speedup_quick_runs_both_commits_and_they_play_the_same_episodes(tmp_path: Path):
+    before = unowned_model_folders()
     data = run_bench("step_speedup", ["--pairs", "1", "--steps", "3", "--eval-episodes", "200"], tmp_path)
+    assert unowned_model_folders() <= before  # the bench removed what the earlier commit left
     (pair,) = data["pairs"]
     assert pair["old"]["steps"] == pair["new"]["steps"] == 3
     assert pair["old"]["cpu_s"] > pair["old"]["startup_s"] / 2  # every process of the job's tree counted, not the driver's alone
