@@ -97,7 +97,7 @@ class _PolicyBase:
     share_prefixes: bool = True  # trainer.share_prefixes
     temperature: float = 1.0  # logprobs under logits / this: the rollout's (LossSettings.temperature)
 
-    def _max_over_ranks(self, value: int) -> int:
+    def _max_over_ranks(self, value: float) -> float:
         return value
 
     def _micro_batches(self, lengths: torch.Tensor) -> list[tuple[torch.Tensor, int, bool]]:
@@ -108,7 +108,7 @@ class _PolicyBase:
         collectives run per forward); a rank with fewer rows than passes runs a `filler` pass on
         one repeated row, whose result is not used."""
         n, width = len(lengths), int(lengths.max()) if len(lengths) else 0
-        parts = self._max_over_ranks(max(1, math.ceil(n * width / self.micro_batch_tokens)))
+        parts = int(self._max_over_ranks(max(1, math.ceil(n * width / self.micro_batch_tokens))))
         if parts == 1:
             return [(torch.arange(n), width, False)]
         order = torch.argsort(lengths, stable=True)
@@ -261,17 +261,10 @@ class TitanTrainer(_PolicyBase):
         dist.all_reduce(on_device, op=dist.ReduceOp.SUM)
         return on_device.cpu()
 
-    def _max_over_ranks(self, value: int) -> int:
+    def _max_over_ranks(self, value: float) -> float:
         if not self.sharded:
             return value
-        t = torch.tensor([value], dtype=torch.int64, device=self.device)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
-
-    def _float_max_over_ranks(self, value: float) -> float:
-        if not self.sharded:
-            return value
-        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)  # exact for counts too
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(t.item())
 
@@ -330,7 +323,7 @@ class TitanTrainer(_PolicyBase):
         totals = dict(zip(METRIC_KEYS, self._all_sum(local).tolist(), strict=True))
         tokens = max(totals.pop("tokens"), 1.0)
         totals["logprob_mismatch"] = totals.pop("mismatch_sum") / tokens
-        totals["logprob_mismatch_max"] = self._float_max_over_ranks(worst)
+        totals["logprob_mismatch_max"] = self._max_over_ranks(worst)
         totals["grad_norm"] = grad_norm
         totals["nonfinite_skipped"] = 0.0 if applied else 1.0
         totals["time/train_compute_s"] = time.perf_counter() - t0
