@@ -184,6 +184,7 @@ def connect(
         # current `ray start` cluster (/tmp/ray/ray_current_cluster) where there is one, and
         # then refuses num_cpus: "When connecting to an existing cluster, num_cpus and num_gpus
         # must not be provided" (a job started beside a `ray start` cluster, one CI run)
+        allow_slow_dashboard_start()
         ctx = ray.init(
             address="local",
             num_cpus=cpus,
@@ -204,6 +205,21 @@ def connect(
         f"http://{dashboard}" if dashboard else None,
         ray.get_runtime_context().get_job_id(),
     )
+
+
+DASHBOARD_STARTUP_TIMEOUT_S = 300
+
+
+def allow_slow_dashboard_start() -> None:
+    """Give a local cluster's dashboard 5 minutes to come up, not Ray's 60 s: past it ray.init
+    fails, and on a busy 2-core machine (load 30, one CI run beside other work) the dashboard took
+    longer, so the job died before its first actor. Ray reads RAY_DASHBOARD_STARTUP_TIMEOUT_S into
+    a module constant when it is imported, before a job's configuration is known, so the constant
+    is what is raised (Ray 2.60, pinned); a user's own setting of the variable wins."""
+    from ray._private import ray_constants
+
+    if "RAY_DASHBOARD_STARTUP_TIMEOUT_S" not in os.environ:
+        ray_constants.RAY_DASHBOARD_STARTUP_TIMEOUT_S = max(ray_constants.RAY_DASHBOARD_STARTUP_TIMEOUT_S, DASHBOARD_STARTUP_TIMEOUT_S)
 
 
 def enable_zero_copy_tensors() -> None:

@@ -31,3 +31,23 @@ def test_a_job_without_an_address_starts_a_cluster_of_its_own(monkeypatch):
     with pytest.raises(Started):
         ray_setup.connect(ClusterConfig())
     assert asked[0]["address"] == "local" and asked[0]["num_cpus"] >= 8
+
+
+def test_a_local_cluster_gives_its_dashboard_minutes_to_start_unless_the_user_says(monkeypatch):
+    from ray._private import ray_constants
+
+    def init(**kwargs):
+        raise Started
+
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_DASHBOARD_STARTUP_TIMEOUT_S")})
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.setattr(ray_constants, "RAY_DASHBOARD_STARTUP_TIMEOUT_S", 60)  # Ray's default
+    with pytest.raises(Started):
+        ray_setup.connect(ClusterConfig())
+    assert ray_constants.RAY_DASHBOARD_STARTUP_TIMEOUT_S == ray_setup.DASHBOARD_STARTUP_TIMEOUT_S == 300
+
+    monkeypatch.setattr(ray_constants, "RAY_DASHBOARD_STARTUP_TIMEOUT_S", 45)  # as Ray read the user's variable
+    os.environ["RAY_DASHBOARD_STARTUP_TIMEOUT_S"] = "45"
+    with pytest.raises(Started):
+        ray_setup.connect(ClusterConfig())
+    assert ray_constants.RAY_DASHBOARD_STARTUP_TIMEOUT_S == 45
