@@ -116,6 +116,19 @@ def notebook_outputs(nb) -> tuple[str, int]:
     return "\n".join(t if isinstance(t, str) else "".join(t) for t in texts), pngs
 
 
+def submit_ray_job(cmd: list[str], env: dict[str, str], timeout_s: float = 300) -> subprocess.CompletedProcess:
+    """`ray job submit ...`, tried again while the job server answers that no agent is available
+    yet: the head's dashboard serves its HTTP API before the node's agent has registered (on a
+    loaded machine, for tens of seconds), and says "please try again later". Nothing is submitted
+    by such a refusal, so the same submission id can be sent again. Any other failure returns."""
+    deadline = time.time() + timeout_s
+    while True:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=max(deadline - time.time(), 10))
+        if out.returncode == 0 or "No available agent to submit job" not in out.stderr or time.time() > deadline - 10:
+            return out
+        time.sleep(2)
+
+
 SERVER_START_S = 90.0  # imports take seconds, more on a loaded machine
 StartServer = Callable[..., tuple[subprocess.Popen, str]]
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import RLSVC_METRICS, load_script
+from conftest import RLSVC_METRICS, load_script, submit_ray_job
 from selenium.webdriver.common.by import By
 
 from rlsvc.cluster.placement import actor_name, planned
@@ -178,7 +178,7 @@ def live(tmp_path_factory, mlflow_template) -> Iterator[LiveJob]:
         submit += ["--", "python", "-m", "rlsvc.train", f"run.steps={STEPS}", "env.step_latency_ms=1000"]
         submit += ["eval.every_steps=6", "eval.episodes=500", f"run.output_dir={job.runs}"]
         job.started = time.time()
-        out = subprocess.run(submit, env=env, capture_output=True, text=True, timeout=120)
+        out = submit_ray_job(submit, env, timeout_s=180)
         assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
 
         # once it trains: kill its env actor every 2 s for 12 s

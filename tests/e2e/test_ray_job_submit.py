@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import submit_ray_job
 from deploy_shapes import parse_resources_param, render_kustomize
 
 from rlsvc.cluster.placement import GPU_GROUP_ROLES, ROLES, actor_name, planned
@@ -220,7 +221,7 @@ def test_the_rayjob_places_each_actor_on_its_group_and_survives_losing_a_node_of
         *("--metadata-json", json.dumps(rayjob["spec"]["metadata"]), "--", *entrypoint),
         *(f"run.steps={steps}", "run.checkpoint_every=2", "eval.every_steps=4", "eval.episodes=500", f"run.output_dir={runs}"),
     ]
-    out = subprocess.run(cmd, env=cluster.env, capture_output=True, text=True, timeout=300)
+    out = submit_ray_job(cmd, cluster.env)
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     jobs = JobSubmissionClient(cluster.url)
 
