@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: install crds prometheus chromium screenshots monitor notebooks run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-math validate-chaos gpu-check clean
+.PHONY: install setup crds prometheus chromium screenshots monitor notebooks run test test-fast lint format bench bench-sync bench-env bench-sandbox validate-hf validate-math validate-chaos gpu-check clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,12 +66,24 @@ run: install
 # other integration and end-to-end tests one at a time: they use every core, and some depend on
 # timing (a job's budget, a kill while a step runs) or on being the machine's only Ray cluster.
 # Unit tests marked `alone` check machine-wide state that a test on the other worker would
-# disturb: they run with the last. All three runs happen whichever fails.
-test: install crds prometheus chromium lint
+# disturb: they run with the last. All three runs happen whichever fails. `make lint` runs beside
+# the unit tier (mypy keeps one core busy for half a minute, the unit tier about 1.3), its output
+# printed after it; the set-up fetches Debian's packages while pip installs (one apt at a time:
+# both may take apt's lock).
+test: setup
+	@$(MAKE) --no-print-directory lint > .cache/lint.log 2>&1 & lint=$$!; \
 	$(BIN)/python -m pytest tests -m "not integration and not e2e and not alone" -n 2 --durations=10; unit=$$?; \
+	wait $$lint; lint=$$?; cat .cache/lint.log; [ $$lint = 0 ] || echo "make test: make lint failed (above)" >&2; \
 	$(BIN)/python -m pytest tests -m "concurrent" -n 2 --durations=0 --durations-min=5; paired=$$?; \
 	$(BIN)/python -m pytest tests -m "(alone or integration or e2e) and not concurrent" --durations=0 --durations-min=5; heavy=$$?; \
-	exit $$(( unit || paired || heavy ))
+	exit $$(( lint || unit || paired || heavy ))
+
+setup:
+	@mkdir -p .cache
+	@$(MAKE) --no-print-directory install & pip=$$!; \
+	$(MAKE) --no-print-directory prometheus chromium; apt=$$?; \
+	wait $$pip && [ $$apt = 0 ]
+	@$(MAKE) --no-print-directory crds
 
 test-fast: install
 	$(BIN)/python -m pytest tests -m "not integration and not e2e"
