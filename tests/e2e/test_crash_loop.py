@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.concurrent]
 
 
 def test_an_actor_that_dies_at_every_start_stops_the_job_within_its_budget(tmp_path, mlflow_uri):

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import LEAN_JOB
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.concurrent]
 STEPS = 3
 JOB = [
     f"run.steps={STEPS}",
