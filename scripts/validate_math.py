@@ -260,15 +260,27 @@ def summary_rows(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def sft_curves(seeds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def sft_curves(seeds: list[dict[str, Any]], sft_only: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One row per seed: the greedy test accuracy after each SFT epoch (and the control's epochs),
-    as one list (two dozen epochs are too many columns)."""
+    as one list (two dozen epochs are too many columns), and the run's wall minutes. `sft_only`
+    seeds (their start and SFT stage run alone, `--sft-only`) are labelled so: the record may
+    hold the same seed's SFT from a full run too, which need not match it (another machine's
+    arithmetic)."""
     rows = []
-    for r in seeds:
-        runs = [("SFT", r["sft"])] + ([("further SFT (control)", r["control"])] if r.get("control") else [])
+    for r, label in [*((r, "SFT") for r in seeds), *((r, "SFT (--sft-only run)") for r in sft_only or [])]:
+        runs = [(label, r["sft"])] + ([("further SFT (control)", r["control"])] if r.get("control") else [])
         for name, run in runs:
             accuracy = [c["accuracy"] for c in run["curve"]]
-            rows.append({"seed": r["seed"], "run": name, "epochs": len(accuracy), "greedy accuracy after each epoch (500 test)": accuracy})
+            wall = round(run["wall_s"] / 60, 1) if "wall_s" in run else None
+            rows.append(
+                {
+                    "seed": r["seed"],
+                    "run": name,
+                    "epochs": len(accuracy),
+                    "greedy accuracy after each epoch (500 test)": accuracy,
+                    "wall min": wall,
+                }
+            )
     return rows
 
 
@@ -377,6 +389,12 @@ def probe(work: Path, seed: int, data: Path, uri: str, name: str, sets: list[str
         row[f"test {label} at steps"] = [f"{s}: {v:.3f}" for s, v in history(result, key)] or ""
     for key, label in (("strict_accuracy", "sampled accuracy"), ("entropy", "entropy"), ("response_len_mean", "response length")):
         row[f"{label}, {PROBE_SPAN}-step means"] = span_means(history(result, key))
+    # on policy (one optimiser step a batch) the trainer scores the engine's samples as the engine
+    # did, at the rollout's temperature: a mismatch at float error and no token clipped, or the
+    # ratio is off 1 (as it was at T != 1 before the trainer scored at that temperature)
+    for key in ("logprob_mismatch", "clip_frac"):
+        points = history(result, key)
+        row[f"{key} (max a step)"] = f"{max(v for _, v in points):.1e}" if points else ""
     row |= {
         "zero-variance groups (mean a step)": r["zero_variance_group_rate (mean a step)"],
         "episodes with signal (mean a step)": r["episodes_with_signal (mean a step)"],
@@ -407,7 +425,7 @@ def record(
         "generate": {"command": shlex.join(generate), "wall_s": round(generate_s, 1)},
         "targets": {"start": list(START), "gain": GAIN, "sft_plus_rl_minutes": LIMIT_MINUTES},
         "summary": summary_rows(results),
-        "sft_curves": sft_curves([*results, *(sft_only or [])]),
+        "sft_curves": sft_curves(results, sft_only),
         "rl_curves": rl_curves(results),
         "rl_test_curves": rl_test_curves(results),
         "seeds": results,

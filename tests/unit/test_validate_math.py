@@ -218,8 +218,9 @@ def test_sft_only_adds_the_seeds_sft_curves_beside_the_records_seeds(tmp_path, m
     assert vm.main(["--seeds", "2", "--sft-only", "--resume", "--work", str(tmp_path / "w"), "--out", str(out)]) == 0
     assert [r["seed"] for r in written["sft_only"]] == [2] and written["seeds"] == [] and written["summary"] == []
     assert [(r["seed"], r["run"], r["greedy accuracy after each epoch (500 test)"]) for r in written["sft_curves"]] == [
-        (2, "SFT", [0.3, 0.5])
+        (2, "SFT (--sft-only run)", [0.3, 0.5])
     ]
+    assert written["sft_curves"][0]["wall min"] == 0.0
 
 
 def test_a_run_stopped_before_its_last_evaluation_has_no_gain(tmp_path, monkeypatch) -> None:
@@ -251,7 +252,7 @@ def test_a_probe_runs_the_rl_stage_with_its_settings_and_is_recorded_by_name(tmp
     rl = {"command": "c", "wall_s": 60.0, "steps": 100, "accuracy": 0.6, "stderr": 0.02, "test_curve": curve, **per_step}
     monkeypatch.setattr(vm, "rl", lambda work, seed, folder, data, uri, name, extra: calls.append((work, name, extra)) or rl)
     monkeypatch.setattr(vm, "run_result", lambda out: {})
-    history = {"strict_accuracy": [(1, 0.4), (26, 0.6)], "eval/test/pass_at_k": [(0, 0.8)]}
+    history = {"strict_accuracy": [(1, 0.4), (26, 0.6)], "eval/test/pass_at_k": [(0, 0.8)], "clip_frac": [(1, 0.0), (2, 0.004)]}
     monkeypatch.setattr(vm, "history", lambda result, key: history.get(key, []))
     row = vm.probe(tmp_path, 1, tmp_path / "data", "sqlite:///x.db", "t12", ["rollout.temperature=1.2"])
     # the probe's own settings come after the probe's budget, so they win
@@ -259,6 +260,7 @@ def test_a_probe_runs_the_rl_stage_with_its_settings_and_is_recorded_by_name(tmp
     assert row["test greedy at steps"] == ["0: 0.500", "100: 0.600"] and row["gain"] == "+0.100 +- 0.028"
     assert row["sampled accuracy, 25-step means"] == [0.4, 0.6] and row["test pass@k at steps"] == ["0: 0.800"]
     assert row["test mean@k at steps"] == "" and row["run"]["command"] == "c"
+    assert row["clip_frac (max a step)"] == "4.0e-03" and row["logprob_mismatch (max a step)"] == ""
     out = tmp_path / "probes.json"
     vm.record_probe(out, row)
     vm.record_probe(out, {**row, "probe": "other"})
