@@ -475,6 +475,10 @@ class EndpointConfig(Strict):
     with the resolved config (it shows as `**********`)."""
     max_batch: int = Field(64, ge=1)
     """Most waiting requests served by one generate call."""
+    batch_wait_s: float = Field(0.05, ge=0)
+    """How long a generate call waits, after the first request of its batch, for a request of
+    every open episode (agents' requests of one turn arrive milliseconds apart); 0 serves what
+    is waiting at once."""
 
     @model_validator(mode="after")
     def _key_off_loopback(self) -> EndpointConfig:
