@@ -232,6 +232,20 @@ def test_a_batch_waits_at_most_wait_s_for_an_episode_that_sends_nothing():
         batcher.close()
 
 
+def test_each_arrival_restarts_the_wait_so_a_slow_burst_stays_one_call():
+    gen = Recorded()
+    batcher = Batcher(gen, version=lambda: 0, live=lambda: 6, wait_s=0.3)  # one episode sends nothing
+    try:
+        futures = []
+        for i in range(5):  # 0.4 s from the first to the last, 0.1 s apart
+            futures.append(batcher.submit([i], i))
+            time.sleep(0.1)
+        [f.result(timeout=60) for f in futures]
+        assert gen.batches == [5]
+    finally:
+        batcher.close()
+
+
 def test_agents_whose_requests_arrive_apart_share_one_generate_call_per_turn(family, tokenizer):
     gen = Scripted(family, tokenizer)
     endpoint = Endpoint(tokenizer, gen, batch_wait_s=30)
