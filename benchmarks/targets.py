@@ -174,9 +174,10 @@ def endpoint_overhead(data: dict | None) -> list[Row]:
     target = "the OpenAI-compatible endpoint's overhead <= 10% of step time (same episodes, direct engine calls)"
     if data is None:
         return [Row(target, NOT_MEASURED, None)]
+    where = "in the endpoint's process" if data.get("args", {}).get("agents", "thread") == "thread" else "in a process of their own"
     caveat = (
-        "step = the direct rollout plus one train step (no weight sync or reference model); the agents run in the "
-        f"endpoint's process, on its cores; tiny Llama 3 calculator, {data['episodes']} episodes at once"
+        f"step = the direct rollout plus one train step (no weight sync or reference model); the agents run {where}, "
+        f"on its cores; tiny Llama 3 calculator, {data['episodes']} episodes at once"
     )
     s = data["overhead_of_step"]
     return [Row(target, ratio_text(s, percent=True), s["median"] <= 0.10, caveat)]

@@ -475,6 +475,10 @@ class EndpointConfig(Strict):
     with the resolved config (it shows as `**********`)."""
     max_batch: int = Field(64, ge=1)
     """Most waiting requests served by one generate call."""
+    batch_wait_s: float = Field(0.05, ge=0)
+    """How long a generate call waits for the next request, while its batch lacks one of an open
+    episode (agents' requests of one turn arrive milliseconds apart); each arrival restarts it,
+    so an episode that sends nothing delays the call by this much. 0 serves what is waiting."""
 
     @model_validator(mode="after")
     def _key_off_loopback(self) -> EndpointConfig:

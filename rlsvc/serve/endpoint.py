@@ -37,9 +37,11 @@ class Endpoint:
         max_batch: int = 64,
         between_calls: Callable[[], None] | None = None,
         seed: int = 0,
+        batch_wait_s: float = 0.05,
     ) -> None:
         self.turns = Turns(tokenizer)
-        self.batcher = Batcher(generator, version, max_batch, between_calls)
+        # a full batch: a request of every open episode (rlsvc/serve/batcher.py)
+        self.batcher = Batcher(generator, version, max_batch, between_calls, live=lambda: len(self._open), wait_s=batch_wait_s)
         self.max_prompt_tokens, self.score, self.seed = max_prompt_tokens, score, seed
         self._open: dict[str, EpisodeRecord] = {}
         self._ended: set[str] = set()

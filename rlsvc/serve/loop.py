@@ -40,6 +40,7 @@ class EndpointLoop(GRPOLoop):
             version=lambda: self.engine_version,
             max_prompt_tokens=cfg.model.seq_len - cfg.rollout.max_tokens,
             max_batch=env.endpoint.max_batch,  # type: ignore[union-attr]
+            batch_wait_s=env.endpoint.batch_wait_s,  # type: ignore[union-attr]
             seed=cfg.run.seed,
         )
         from rlsvc.serve.http import serve  # FastAPI and uvicorn: only in an endpoint job's driver

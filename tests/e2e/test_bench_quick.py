@@ -108,6 +108,8 @@ def test_endpoint_overhead_quick_plays_the_same_episodes_both_ways(tmp_path: Pat
     assert pair["a_s"] > 0 and pair["b_s"] > 0 and data["train_step_s"]["median"] > 0 and data["episodes"] == 4
     assert data["identical_episodes"] == 1.0  # greedy: the endpoint's episodes are the runner's, token for token
     assert data["tokens_per_episode"] > 0 and data["provenance"]["commit"]
+    calls = data["generate_calls"]  # the endpoint batches a turn's requests as the runner does: one call per turn
+    assert calls["endpoint"]["first_pair_batches"] == calls["direct"]["first_pair_batches"], calls
 
 
 def test_every_benchmark_of_make_bench_has_its_quick_mode_run_here():

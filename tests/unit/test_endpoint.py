@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import httpx
 import openai
@@ -189,3 +190,77 @@ def test_requests_waiting_while_the_engine_samples_go_in_one_generate_call():
         assert gen.batches == [1, 3]
     finally:
         batcher.close()
+
+
+class Recorded:
+    """A generator that answers at once and keeps each call's batch size."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def generate(self, prompts, seeds):
+        self.batches.append(len(prompts))
+        return [{"token_ids": [1], "logprobs": [-0.1], "text": str(p)} for p in prompts]
+
+
+def test_a_turns_requests_that_arrive_apart_wait_for_each_other():
+    """Agents' requests of one turn arrive milliseconds apart: the first no longer goes alone
+    (`benchmarks/endpoint_overhead.py` measured calls of 1 then 15 for 16 agents, every turn)."""
+    gen = Recorded()
+    batcher = Batcher(gen, version=lambda: 0, live=lambda: 3, wait_s=30)
+    try:
+        t0 = time.monotonic()
+        futures = []
+        for i in range(3):
+            futures.append(batcher.submit([i], i))
+            time.sleep(0.05)
+        assert [f.result(timeout=60)[0]["text"] for f in futures] == ["[0]", "[1]", "[2]"]
+        assert gen.batches == [3] and time.monotonic() - t0 < 30  # served when the third came, not at wait_s
+    finally:
+        batcher.close()
+
+
+def test_a_batch_waits_at_most_wait_s_for_an_episode_that_sends_nothing():
+    gen = Recorded()
+    batcher = Batcher(gen, version=lambda: 0, live=lambda: 3, wait_s=0.3)
+    try:
+        t0 = time.monotonic()
+        futures = [batcher.submit([i], i) for i in range(2)]
+        [f.result(timeout=60) for f in futures]
+        assert gen.batches == [2] and 0.3 <= time.monotonic() - t0 < 30
+    finally:
+        batcher.close()
+
+
+def test_each_arrival_restarts_the_wait_so_a_slow_burst_stays_one_call():
+    gen = Recorded()
+    batcher = Batcher(gen, version=lambda: 0, live=lambda: 6, wait_s=0.3)  # one episode sends nothing
+    try:
+        futures = []
+        for i in range(5):  # 0.4 s from the first to the last, 0.1 s apart
+            futures.append(batcher.submit([i], i))
+            time.sleep(0.1)
+        [f.result(timeout=60) for f in futures]
+        assert gen.batches == [5]
+    finally:
+        batcher.close()
+
+
+def test_agents_whose_requests_arrive_apart_share_one_generate_call_per_turn(family, tokenizer):
+    gen = Scripted(family, tokenizer)
+    endpoint = Endpoint(tokenizer, gen, batch_wait_s=30)
+    try:
+        with serve(endpoint) as url:
+            client = openai.OpenAI(base_url=url, api_key="unused")
+            episodes = [_open(url) for _ in range(4)]
+
+            def agent(i: int) -> list:
+                time.sleep(0.05 * i)  # the agents start apart
+                return _agent_episode(client, url, episodes[i], {"v": 0})
+
+            threads = [threading.Thread(target=agent, args=(i,)) for i in range(4)]
+            [t.start() for t in threads]
+            [t.join(timeout=120) for t in threads]
+        assert len(gen.served) == 8 and endpoint.batcher.calls == 2  # two turns, one generate call each
+    finally:
+        endpoint.close()
