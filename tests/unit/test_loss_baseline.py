@@ -74,4 +74,7 @@ def test_a_fixed_seed_step_gives_the_recorded_losses(normalization: str, one_thr
     expected = BASELINE[normalization]
     for got, want in zip(metrics, expected["minibatches"], strict=True):
         assert {k: got[k] for k in want} == pytest.approx(want, rel=1e-5, abs=1e-7)
-    assert trainer.parameter_checksum() == pytest.approx(expected["checksum"], rel=1e-9)
+    # rel 1e-7: the recorded checksum came from an AVX2 machine; on an AVX-512 one the same step's
+    # float32 kernels round differently and it was 9e-9 off (the losses agree to 1e-5 either way),
+    # while the two Adam steps themselves move it by 4e-4 (from 1432.03 to 1432.65)
+    assert trainer.parameter_checksum() == pytest.approx(expected["checksum"], rel=1e-7)
